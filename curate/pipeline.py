@@ -1,0 +1,315 @@
+"""The curation stages as library functions: ingest, filter (+ gold gate), decontaminate, deduplicate.
+
+Each reads shards (or a source) and writes ``OUT/kept``, ``OUT/rejected`` and ``OUT/manifest.json``
+through ``curate.stage.run_stage``; ``curate_all`` runs them in order from a ``CurateConfig``::
+
+    OUT/1_ingest/<source>/  ->  OUT/2_filter/  ->  OUT/3_decontam/  ->  OUT/4_dedup/ (the clean set)
+
+Decontamination runs before dedup so that every copy of a benchmark item is reported as
+contaminated, not only the one a dedup would have kept.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from curate.answers import answer_types
+from curate.decontam import BenchmarkIndex, DecontamConfig, resolve_benchmark
+from curate.dedup import DedupConfig, hash_strings, minhash, plan
+from curate.filters import FilterConfig, apply_filters
+from curate.readers import FastPathFailed, SourceError, detect_format, read_source
+from curate.schema import SCHEMA, conform
+from curate.shards import count_rows, iter_batches, stage_dir, write_json_atomic
+from curate.sources import ADAPTERS, apply_adapter, detect_adapter, mapped_adapter, parse_mapping
+from curate.stage import StageRun, dir_fingerprint, file_fingerprint, reject_table, run_stage
+from curate.text import content_ids
+
+log = logging.getLogger(__name__)
+
+
+# ---------------------------------------------------------------------------------------------- ingest
+def _records(cols: dict, n: int, source: str, origin: str) -> tuple[pa.Table, list, list]:
+    problems = pa.array(cols["problem"], pa.string())
+    stripped = pc.utf8_trim_whitespace(problems)
+    cols = dict(cols)
+    reject, detail = cols.pop("_reject"), cols.pop("_reject_detail")
+    cols["problem"] = pc.fill_null(stripped, "")
+    cols["id"] = content_ids(stripped)
+    cols["source"] = pa.array([source] * n, pa.string())
+    cols["origin"] = pa.array([origin] * n, pa.string())
+    if "answer" in cols:
+        cols["answer_type"] = answer_types(cols["answer"])
+    null_problem = pc.is_null(problems).to_pylist()
+    reject = [r or ("ingest_missing_problem" if np_ else None) for r, np_ in zip(reject, null_problem)]
+    return conform({k: v for k, v in cols.items() if k in SCHEMA.names}, n), reject, detail
+
+
+def ingest(
+    spec: str,
+    out: Path,
+    fmt: str | None = None,
+    adapter: str | None = None,
+    mapping: str | None = None,
+    source_name: str | None = None,
+    force: bool = False,
+) -> dict:
+    """Read a source (file, hub id, ``synthetic:...``) into record shards; unreadable rows are rejects."""
+    fmt = fmt or detect_format(spec)
+    if adapter and adapter not in ADAPTERS:
+        raise SourceError(f"unknown adapter {adapter!r}; choose one of {', '.join(ADAPTERS)}")
+    mapped = mapped_adapter(parse_mapping(mapping)) if mapping else None
+    config = {"format": fmt, "adapter": adapter, "mapping": mapping, "source_name": source_name}
+    inputs = {"source": spec, "fingerprint": file_fingerprint(spec)}
+
+    def body(run: StageRun) -> None:
+        try:
+            _ingest_batches(run, read_source(spec, fmt))
+        except FastPathFailed as e:
+            log.warning("%s: arrow reader failed (%s); reading line by line", spec, str(e)[:120])
+            run.kept.abort(), run.rejected.abort()
+            fresh = StageRun(run.name, run.out, run.kept.rows_per_shard)
+            run.__dict__.update(fresh.__dict__)
+            run.extra["read_path"] = "python"
+            _ingest_batches(run, read_source(spec, fmt, slow=True))
+
+    def _ingest_batches(run: StageRun, batches) -> None:
+        chosen = None
+        for raw in batches:
+            if chosen is None:
+                chosen = mapped or (ADAPTERS[adapter] if adapter else None)
+                if chosen is None:
+                    chosen = ADAPTERS["synthetic"] if fmt == "synthetic" else detect_adapter(raw)
+                run.extra["adapter"] = chosen.name
+            with run.timed("adapt"):
+                cols = apply_adapter(chosen, raw)
+                n = raw.num_rows
+                table, reject, detail = _records(cols, n, source_name or chosen.name, spec)
+            bad = pa.array([r is not None for r in reject])
+            kept = table.filter(pc.invert(bad))
+            rej = table.filter(bad)
+            rej_reasons = [r for r in reject if r is not None]
+            rej_detail = [d for r, d in zip(reject, detail) if r is not None]
+            run.emit(kept, reject_table(rej, "ingest", rej_reasons, rej_detail) if rej.num_rows else None)
+
+    return run_stage("ingest", out, inputs, config, body, force=force)
+
+
+# ---------------------------------------------------------------------------------------------- filter
+def _inputs_of(dirs: list[Path]) -> dict:
+    return {"dirs": [str(d) for d in dirs], "fingerprints": [dir_fingerprint(Path(d)) for d in dirs]}
+
+
+def _kept_dirs(dirs: list[Path]) -> list[Path]:
+    return [stage_dir(Path(d)) for d in dirs]
+
+
+def filter_stage(inputs: list[Path], out: Path, cfg: FilterConfig = FilterConfig(), force: bool = False) -> dict:
+    """Heuristic filters, then the gold gate (math-verify must parse the gold answer)."""
+    from curate.grading import GRADER_VERSION, GradingPool
+
+    def body(run: StageRun) -> None:
+        pool = GradingPool(timeout_s=cfg.gold_timeout_s) if cfg.gold_gate else None
+        try:
+            for d in _kept_dirs(inputs):
+                for t in iter_batches(d):
+                    with run.timed("heuristics"):
+                        t, reason = apply_filters(t, cfg)
+                    if pool is not None:
+                        with run.timed("gold_gate"):
+                            t, reason = _gold_gate(t, reason, pool)
+                    passed = pc.is_null(reason)
+                    rejected = pc.invert(passed)
+                    rej = t.filter(rejected)
+                    run.emit(t.filter(passed), reject_table(rej, "filter", reason.filter(rejected)) if rej.num_rows else None)
+        finally:
+            if pool is not None:
+                run.extra["gold_gate"] = {**pool.stats, "grader_version": GRADER_VERSION}
+                pool.close()
+
+    return run_stage("filter", out, _inputs_of(inputs), asdict(cfg), body, force=force)
+
+
+def _gold_gate(t: pa.Table, reason: pa.Array, pool) -> tuple[pa.Table, pa.Array]:
+    todo = pc.indices_nonzero(pc.is_null(reason)).to_pylist()
+    parseable = [None] * t.num_rows
+    reasons = reason.to_pylist()
+    answers = t["answer"].to_pylist()
+    for i, r in zip(todo, pool.parse_gold([answers[i] for i in todo])):
+        parseable[i] = r.ok
+        if r.ok is None:
+            reasons[i] = "answer_parse_timeout" if r.reason == "timeout" else "answer_parse_crash"
+        elif not r.ok:
+            reasons[i] = "answer_unparseable"
+    t = t.set_column(t.schema.get_field_index("gold_parseable"), "gold_parseable", pa.array(parseable, pa.bool_()))
+    return t, pa.array(reasons, pa.string())
+
+
+# -------------------------------------------------------------------------------------------- decontam
+def decontam_stage(inputs: list[Path], out: Path, cfg: DecontamConfig, force: bool = False) -> dict:
+    """Reject rows matching a benchmark item (exact normalized text or n-gram overlap)."""
+    if not cfg.benchmarks:
+        raise ValueError("decontam: name at least one benchmark (--against NAME=PATH or aime24/math500/amc23/aime25)")
+    resolved = [resolve_benchmark(b) for b in cfg.benchmarks]
+    ins = {**_inputs_of(inputs), "benchmarks": {n: file_fingerprint(p) for n, p in resolved}}
+
+    def body(run: StageRun) -> None:
+        with run.timed("index"):
+            index = BenchmarkIndex.build(tuple(f"{n}={p}" for n, p in resolved), cfg.ngram)
+        run.extra["benchmark_items"] = {n: index.names.count(n) for n, _ in resolved}
+        by_bench: dict[str, int] = {}
+        for d in _kept_dirs(inputs):
+            for t in iter_batches(d):
+                with run.timed("match"):
+                    bench, bid, kind = index.match(t["problem"], cfg)
+                hit = pa.array([k is not None for k in kind])
+                t = t.set_column(t.schema.get_field_index("contam_benchmark"), "contam_benchmark", pa.array(bench, pa.string()))
+                t = t.set_column(t.schema.get_field_index("contam_id"), "contam_id", pa.array(bid, pa.string()))
+                rej = t.filter(hit)
+                reasons = [f"contaminated_{k}" for k in kind if k is not None]
+                details = [f"{b}:{i}" for b, i, k in zip(bench, bid, kind) if k is not None]
+                for b in rej["contam_benchmark"].to_pylist():
+                    by_bench[b] = by_bench.get(b, 0) + 1
+                run.emit(t.filter(pc.invert(hit)), reject_table(rej, "decontam", reasons, details) if rej.num_rows else None)
+        run.extra["contaminated_by_benchmark"] = by_bench
+
+    return run_stage("decontam", out, ins, asdict(cfg), body, force=force)
+
+
+# ----------------------------------------------------------------------------------------------- dedup
+def dedup_stage(inputs: list[Path], out: Path, cfg: DedupConfig = DedupConfig(), force: bool = False) -> dict:
+    """Exact + near dedup across all input shards; one representative per cluster by source priority."""
+
+    def body(run: StageRun) -> None:
+        dirs = _kept_dirs(inputs)
+        ids, ranks, answers, sigs, id_strs = [], [], [], [], []
+        prio = {s: i for i, s in enumerate(cfg.source_priority)}
+        with run.timed("pass1_signatures"):
+            for d in dirs:
+                for t in iter_batches(d, columns=["id", "source", "answer", "problem"]):
+                    ids.append(hash_strings(t["id"]))
+                    id_strs.append(t["id"].to_numpy(zero_copy_only=False))
+                    ranks.append(np.array([prio.get(s, len(prio)) for s in t["source"].to_pylist()], np.int64))
+                    answers.append(hash_strings(pc.replace_substring_regex(pc.fill_null(t["answer"], ""), r"\s+", "")))
+                    if cfg.near:
+                        sigs.append(minhash(t["problem"], cfg))
+        n = sum(len(x) for x in ids)
+        cat = (lambda xs, dt: np.concatenate(xs) if xs else np.zeros(0, dt))  # noqa: E731
+        with run.timed("clusters"):
+            rep, kind = plan(cat(ids, np.uint64), cat(ranks, np.int64), cat(answers, np.uint64),
+                             np.concatenate(sigs) if (cfg.near and sigs) else None, cfg)
+        all_ids = cat(id_strs, object)
+        sigs = None
+        run.extra["dedup"] = {
+            "clusters_with_duplicates": int(len(np.unique(rep[kind > 0]))),
+            "exact_duplicates": int((kind == 1).sum()),
+            "near_duplicates": int((kind == 2).sum()),
+        }
+        start = 0
+        for d in dirs:
+            for t in iter_batches(d):
+                m = t.num_rows
+                r, k = rep[start : start + m], kind[start : start + m]
+                start += m
+                cluster = pa.array(all_ids[r], pa.string())
+                t = t.set_column(t.schema.get_field_index("dedup_cluster"), "dedup_cluster", cluster)
+                dup = k > 0
+                rej = t.filter(pa.array(dup))
+                reasons = np.where(k[dup] == 1, "dedup_exact", "dedup_near").tolist()
+                details = [f"kept {x}" for x in all_ids[r[dup]]]
+                run.emit(t.filter(pa.array(~dup)), reject_table(rej, "dedup", reasons, details) if rej.num_rows else None)
+        assert start == n
+
+    return run_stage("dedup", out, _inputs_of(inputs), asdict(cfg), body, force=force)
+
+
+# --------------------------------------------------------------------------------------------- curate
+@dataclass(frozen=True)
+class SourceSpec:
+    spec: str  # path, hub id, or synthetic:...
+    name: str | None = None  # source name (default: the adapter's)
+    format: str | None = None
+    adapter: str | None = None
+    mapping: str | None = None
+
+
+@dataclass(frozen=True)
+class CurateConfig:
+    sources: tuple[SourceSpec, ...]
+    filters: FilterConfig = field(default_factory=FilterConfig)
+    decontam: DecontamConfig = field(default_factory=DecontamConfig)
+    dedup: DedupConfig = field(default_factory=DedupConfig)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> CurateConfig:
+        known = {"sources", "filters", "decontam", "dedup"}
+        unknown = set(d) - known
+        if unknown:
+            raise ValueError(f"config: unknown key(s) {sorted(unknown)}; expected {sorted(known)}")
+        if not d.get("sources"):
+            raise ValueError("config: 'sources' must list at least one source")
+        srcs = tuple(SourceSpec(s) if isinstance(s, str) else SourceSpec(**s) for s in d["sources"])
+
+        def sub(klass, key):
+            vals = dict(d.get(key) or {})
+            for k, v in vals.items():
+                if isinstance(v, list):
+                    vals[k] = tuple(v)
+            try:
+                return klass(**vals)
+            except TypeError as e:
+                raise ValueError(f"config: bad '{key}' section: {e}") from e
+
+        return cls(srcs, sub(FilterConfig, "filters"), sub(DecontamConfig, "decontam"), sub(DedupConfig, "dedup"))
+
+    @classmethod
+    def load(cls, path: Path) -> CurateConfig:
+        p = Path(path)
+        if not p.is_file():
+            raise SourceError(f"{path}: no such config file")
+        text = p.read_text()
+        if p.suffix in (".toml",):
+            import tomllib
+
+            return cls.from_dict(tomllib.loads(text))
+        return cls.from_dict(json.loads(text))
+
+
+def _source_dirname(i: int, s: SourceSpec) -> str:
+    base = s.name or Path(s.spec.split(":")[0]).stem or "source"
+    return f"{i:02d}_{''.join(c if c.isalnum() or c in '-_.' else '_' for c in base)}"
+
+
+def curate_all(cfg: CurateConfig, out: Path, force: bool = False) -> dict:
+    """Run every stage in order; returns a summary that names each stage's output and counts."""
+    out = Path(out)
+    ingested = [
+        ingest(s.spec, out / "1_ingest" / _source_dirname(i, s), s.format, s.adapter, s.mapping, s.name, force)
+        for i, s in enumerate(cfg.sources)
+    ]
+    ingest_dirs = [out / "1_ingest" / _source_dirname(i, s) for i, s in enumerate(cfg.sources)]
+    stages = {"ingest": ingested}
+    stages["filter"] = filter_stage(ingest_dirs, out / "2_filter", cfg.filters, force)
+    last = out / "2_filter"
+    if cfg.decontam.benchmarks:
+        stages["decontam"] = decontam_stage([last], out / "3_decontam", cfg.decontam, force)
+        last = out / "3_decontam"
+    stages["dedup"] = dedup_stage([last], out / "4_dedup", cfg.dedup, force)
+    final = out / "4_dedup"
+    summary = {
+        "final": str(final / "kept"),
+        "rows_in": sum(m["rows_in"] for m in ingested),
+        "rows_final": count_rows(final / "kept"),
+        "stages": {k: ([m["rows_kept"] for m in v] if isinstance(v, list) else v["rows_kept"]) for k, v in stages.items()},
+        "skipped": all(m.get("skipped") for m in ingested) and all(
+            v.get("skipped") for k, v in stages.items() if k != "ingest"
+        ),
+    }
+    write_json_atomic(out / "curate_summary.json", summary)
+    return summary

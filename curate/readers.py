@@ -1,0 +1,303 @@
+"""Readers: turn a file, a hub id or the synthetic generator into streamed batches of raw string columns.
+
+Every batch is a ``pa.Table`` whose columns are strings (numbers become their text, nested values
+become JSON text) plus two bookkeeping columns:
+
+- ``_row``: the row's position in its input (int64), used as ``source_id`` when the source has no id;
+- ``_bad``: null, or why the raw row cannot become a record (``invalid_utf8``, ``malformed_json``,
+  ``problem:list`` ...). Adapters turn a non-null ``_bad`` into a rejected row: nothing is dropped.
+
+Fast path: pyarrow's streaming JSON/CSV readers and Parquet ``iter_batches``. If the fast path cannot
+read a file (invalid UTF-8, a malformed line, a column whose type changes between rows), the file is
+read again line by line in Python, and each bad line becomes a row with ``_bad`` set.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
+import pyarrow.json as pajson
+import pyarrow.parquet as pq
+
+BATCH_ROWS = 16_384
+MAX_FIELD_BYTES = 1 << 20  # a single field over 1 MiB is junk for a math problem; kept as a rejected row
+FORMATS = ("jsonl", "json", "csv", "parquet", "hf", "synthetic")
+
+
+class SourceError(ValueError):
+    """A source that cannot be read at all (missing file, unknown format, bad mapping): one-line message."""
+
+
+class FastPathFailed(Exception):
+    """The arrow reader could not read this file; read it again line by line."""
+
+
+def detect_format(spec: str) -> str:
+    if spec == "synthetic" or spec.startswith("synthetic:"):
+        return "synthetic"
+    p = Path(spec)
+    if p.exists():
+        suffix = "".join(p.suffixes[-2:]) if p.suffix == ".gz" else p.suffix
+        fmt = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".csv": "csv", ".parquet": "parquet"}.get(
+            suffix.replace(".gz", "")
+        )
+        if fmt is None:
+            raise SourceError(f"{spec}: unknown file type {p.suffix!r}; use --format one of {', '.join(FORMATS)}")
+        if fmt == "json":  # a .json file may hold JSON lines
+            with open(p, "rb") as f:
+                head = f.read(4096).lstrip()
+            fmt = "json" if head.startswith(b"[") else "jsonl"
+        return fmt
+    if spec.startswith("hf:") or (spec.count("/") == 1 and not spec.startswith((".", "/"))):
+        return "hf"
+    raise SourceError(f"{spec}: no such file, and not a hub id (owner/name) or 'synthetic'")
+
+
+def _stringify(table: pa.Table, row0: int) -> pa.Table:
+    """All columns as strings (nested ones as JSON text), plus the bookkeeping columns."""
+    cols, names = [], []
+    n = table.num_rows
+    nonscalar: list[list[str]] = [[] for _ in range(n)]
+    for name, col in zip(table.column_names, table.columns):
+        t = col.type
+        if pa.types.is_null(t):
+            arr = pa.nulls(n, pa.string())
+        elif pa.types.is_nested(t):
+            vals = col.to_pylist()
+            for i, v in enumerate(vals):
+                if v is not None:
+                    nonscalar[i].append(f"{name}:{'dict' if pa.types.is_struct(t) else 'list'}")
+            arr = pa.array([None if v is None else json.dumps(v, ensure_ascii=False) for v in vals], pa.string())
+        else:
+            arr = pc.cast(col, pa.string())  # 60 -> "60", 142.0 -> "142" or "142.0" as arrow prints it
+        cols.append(arr)
+        names.append(name)
+    cols += [
+        pa.nulls(n, pa.string()),
+        pa.array([",".join(x) or None for x in nonscalar], pa.string()),
+        pa.array(range(row0, row0 + n), pa.int64()),
+        pa.nulls(n, pa.string()),
+    ]
+    names += ["_value", "_nonscalar", "_row", "_bad"]
+    return pa.table(cols, names=names)
+
+
+def _value_to_str(v: object) -> tuple[str | None, str | None]:
+    """(text, kind-if-not-a-scalar)."""
+    if v is None:
+        return None, None
+    if isinstance(v, str):
+        return v, None
+    if isinstance(v, bool):
+        return json.dumps(v), "bool"
+    if isinstance(v, int | float):
+        return str(v), None
+    return json.dumps(v, ensure_ascii=False), type(v).__name__
+
+
+def rows_to_table(rows: list[tuple[int, object, str | None]]) -> pa.Table:
+    """Python rows (row number, parsed value or raw text, bad reason) -> raw string table.
+
+    A value that is not a dict is kept whole as JSON text in ``_value`` (ORZ rows are lists).
+    Non-scalar values of a dict are kept as JSON text and named in ``_nonscalar`` so that an adapter
+    can reject a problem that is a list instead of a string.
+    """
+    keys: dict[str, None] = {}
+    for _, v, _ in rows:
+        if isinstance(v, dict):
+            keys.update(dict.fromkeys(v))
+    cols: dict[str, list] = {k: [] for k in keys}
+    cols["_value"], cols["_nonscalar"], cols["_row"], cols["_bad"] = [], [], [], []
+    for rowno, v, bad in rows:
+        nonscalar = []
+        if isinstance(v, dict):
+            for k in keys:
+                s, kind = _value_to_str(v.get(k))
+                if kind:
+                    nonscalar.append(f"{k}:{kind}")
+                if s is not None and len(s) > MAX_FIELD_BYTES:
+                    bad = bad or f"oversized_field:{k}"
+                    s = s[:200]
+                cols[k].append(s)
+            cols["_value"].append(None)
+        else:
+            for k in keys:
+                cols[k].append(None)
+            s = v if isinstance(v, str) and bad else (None if v is None else json.dumps(v, ensure_ascii=False))
+            cols["_value"].append(s if s is None else s[:MAX_FIELD_BYTES])
+        cols["_nonscalar"].append(",".join(nonscalar) or None)
+        cols["_row"].append(rowno)
+        cols["_bad"].append(bad)
+    return pa.table({k: pa.array(v, pa.int64() if k == "_row" else pa.string()) for k, v in cols.items()})
+
+
+def _jsonl_slow(path: Path) -> Iterator[pa.Table]:
+    batch: list = []
+    with open(path, "rb") as f:
+        rowno = -1
+        for raw in f:
+            if not raw.strip():
+                continue
+            rowno += 1
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                batch.append((rowno, raw[:200].decode("utf-8", "replace"), f"invalid_utf8:{e.start}"))
+            else:
+                try:
+                    batch.append((rowno, json.loads(line), None))
+                except json.JSONDecodeError as e:
+                    batch.append((rowno, line[:200], f"malformed_json:{e.msg}"))
+            if len(batch) >= BATCH_ROWS:
+                yield rows_to_table(batch)
+                batch = []
+    if batch:
+        yield rows_to_table(batch)
+
+
+def _jsonl_fast(path: Path) -> Iterator[pa.Table]:
+    row0 = 0
+    try:
+        reader = pajson.open_json(path, read_options=pajson.ReadOptions(block_size=8 << 20))
+        for rb in reader:
+            t = pa.Table.from_batches([rb])
+            yield _stringify(t, row0)
+            row0 += t.num_rows
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, UnicodeDecodeError) as e:
+        raise FastPathFailed(str(e)) from e
+
+
+def _json_array(path: Path) -> Iterator[pa.Table]:
+    """A file holding one JSON array (DeepScaleR, ORZ). Small files by nature: parsed whole."""
+    raw = path.read_bytes()
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise SourceError(f"{path}: not UTF-8 at byte {e.start}; a JSON array cannot be split into rows") from e
+    except json.JSONDecodeError as e:
+        raise SourceError(f"{path}: malformed JSON ({e.msg} at line {e.lineno})") from e
+    if isinstance(data, dict):  # {"data": [...]} or a single object
+        lists = [v for v in data.values() if isinstance(v, list)]
+        data = lists[0] if len(lists) == 1 else [data]
+    for i in range(0, len(data), BATCH_ROWS):
+        yield rows_to_table([(i + j, v, None) for j, v in enumerate(data[i : i + BATCH_ROWS])])
+
+
+def _csv_header(path: Path) -> list[str]:
+    with open(path, encoding="utf-8", errors="replace", newline="") as f:
+        return next(csv.reader(f), [])
+
+
+def _csv_fast(path: Path) -> Iterator[pa.Table]:
+    names = _csv_header(path)
+    if not names:
+        raise SourceError(f"{path}: empty CSV file")
+    row0 = 0
+    try:
+        reader = pacsv.open_csv(
+            path,
+            read_options=pacsv.ReadOptions(block_size=8 << 20),
+            parse_options=pacsv.ParseOptions(newlines_in_values=True),
+            convert_options=pacsv.ConvertOptions(
+                column_types={n: pa.string() for n in names}, strings_can_be_null=False, quoted_strings_can_be_null=False
+            ),
+        )
+        for rb in reader:
+            t = pa.Table.from_batches([rb])
+            yield _stringify(t, row0)
+            row0 += t.num_rows
+    except (pa.ArrowInvalid, UnicodeDecodeError) as e:
+        raise FastPathFailed(str(e)) from e
+
+
+def _csv_slow(path: Path) -> Iterator[pa.Table]:
+    text = path.read_bytes().decode("utf-8", "surrogateescape")
+    reader = csv.reader(io.StringIO(text, newline=""))
+    names = next(reader, [])
+    batch: list = []
+    for rowno, fields in enumerate(reader):
+        bad = None
+        if len(fields) != len(names):
+            bad = f"malformed_csv:{len(fields)}_fields_expected_{len(names)}"
+        row = {}
+        for k, v in zip(names, fields):
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError:
+                bad = bad or f"invalid_utf8:{k}"
+                v = v.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+            row[k] = v
+        batch.append((rowno, row, bad))
+        if len(batch) >= BATCH_ROWS:
+            yield rows_to_table(batch)
+            batch = []
+    if batch:
+        yield rows_to_table(batch)
+
+
+def _parquet(path: Path) -> Iterator[pa.Table]:
+    row0 = 0
+    for rb in pq.ParquetFile(path).iter_batches(batch_size=BATCH_ROWS):
+        t = pa.Table.from_batches([rb])
+        yield _stringify(t, row0)
+        row0 += t.num_rows
+
+
+def _hub(spec: str) -> Iterator[pa.Table]:
+    """A Hugging Face hub id: ``owner/name``, ``hf:owner/name``, optional ``:config`` and ``@split``."""
+    import datasets  # heavy; imported only for hub sources
+
+    name = spec.removeprefix("hf:")
+    split = "train"
+    if "@" in name:
+        name, split = name.rsplit("@", 1)
+    config = None
+    if ":" in name:
+        name, config = name.split(":", 1)
+    try:
+        ds = datasets.load_dataset(name, config, split=split, streaming=True)
+    except Exception as e:  # noqa: BLE001 - datasets raises many types; all mean "cannot load"
+        raise SourceError(f"{spec}: cannot load from the hub ({type(e).__name__}: {str(e).splitlines()[0][:200]})")
+    row0 = 0
+    for batch in ds.iter(batch_size=BATCH_ROWS):
+        t = pa.table({k: pa.array(v) for k, v in batch.items()})
+        yield _stringify(t, row0)
+        row0 += t.num_rows
+
+
+def read_source(spec: str, fmt: str | None = None, slow: bool = False) -> Iterator[pa.Table]:
+    """Stream raw string batches from ``spec`` (path, hub id, or ``synthetic[:key=val,...]``).
+
+    JSONL and CSV go through arrow's streaming readers unless ``slow``; when those fail part way they
+    raise ``FastPathFailed`` and the caller (``curate.ingest``) discards its partial output and reads the
+    file again with ``slow=True``, where each bad line becomes a row with ``_bad`` set.
+    """
+    fmt = fmt or detect_format(spec)
+    if fmt not in FORMATS:
+        raise SourceError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    if fmt == "synthetic":
+        from curate.synthetic import synthetic_batches
+
+        yield from synthetic_batches(spec)
+        return
+    if fmt == "hf":
+        yield from _hub(spec)
+        return
+    path = Path(spec)
+    if not path.is_file():
+        raise SourceError(f"{spec}: no such file")
+    if fmt == "json":
+        yield from _json_array(path)
+    elif fmt == "parquet":
+        yield from _parquet(path)
+    elif fmt == "jsonl":
+        yield from (_jsonl_slow(path) if slow else _jsonl_fast(path))
+    else:
+        yield from (_csv_slow(path) if slow else _csv_fast(path))

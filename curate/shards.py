@@ -1,0 +1,153 @@
+"""Parquet shard I/O: bounded zstd shards written atomically, streamed back by batch, manifest last.
+
+Layout of a stage's output folder::
+
+    OUT/kept/shard_00000.parquet ...      rows of SCHEMA
+    OUT/rejected/shard_00000.parquet ...  rows of REJECT_SCHEMA (reject_reason says why)
+    OUT/manifest.json                     written last: if it exists, the shard set is complete
+
+Each shard is written to ``*.tmp`` and ``os.replace``d into place; readers never look at ``*.tmp``.
+The same rows in the same order give the same bytes (no timestamps inside shards).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+ROWS_PER_SHARD = 100_000  # bounds memory: a stage holds at most one shard's worth of rows
+ROW_GROUP_SIZE = 10_000
+READ_BATCH = 16_384
+MANIFEST = "manifest.json"
+
+
+class ShardWriter:
+    """Accumulates tables and writes ``prefix_{i:05d}.parquet`` shards of at most ``rows_per_shard`` rows."""
+
+    def __init__(self, folder: Path, schema: pa.Schema, rows_per_shard: int = ROWS_PER_SHARD, prefix: str = "shard"):
+        self.folder = Path(folder)
+        self.schema = schema
+        self.rows_per_shard = rows_per_shard
+        self.prefix = prefix
+        self.shards: list[dict] = []
+        self.rows = 0
+        self._tmp: Path | None = None
+        self._writer: pq.ParquetWriter | None = None
+        self._in_shard = 0
+
+    def write(self, table: pa.Table) -> None:
+        if table.schema != self.schema:
+            table = table.select(self.schema.names).cast(self.schema)
+        start = 0
+        while start < table.num_rows:
+            if self._writer is None:
+                self._open()
+            take = min(self.rows_per_shard - self._in_shard, table.num_rows - start)
+            self._writer.write_table(table.slice(start, take), row_group_size=ROW_GROUP_SIZE)
+            self._in_shard += take
+            self.rows += take
+            start += take
+            if self._in_shard >= self.rows_per_shard:
+                self._close_shard()
+
+    def _open(self) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        name = f"{self.prefix}_{len(self.shards):05d}.parquet"
+        self._tmp = self.folder / (name + ".tmp")
+        self._writer = pq.ParquetWriter(
+            self._tmp, self.schema, compression="zstd", write_statistics=True, store_schema=True
+        )
+        self._in_shard = 0
+
+    def _close_shard(self) -> None:
+        assert self._writer is not None and self._tmp is not None
+        self._writer.close()
+        final = self._tmp.with_suffix("")  # strip .tmp
+        os.replace(self._tmp, final)
+        self.shards.append({"path": final.name, "rows": self._in_shard, "sha256": file_sha256(final)})
+        self._writer, self._tmp, self._in_shard = None, None, 0
+
+    def close(self) -> list[dict]:
+        if self._writer is not None:
+            self._close_shard()
+        return self.shards
+
+    def abort(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            if self._tmp is not None and self._tmp.exists():
+                self._tmp.unlink()
+            self._writer = None
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def shard_paths(folder: Path) -> list[Path]:
+    """Complete shards of a folder in name order (``*.tmp`` are never returned)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    return sorted(p for p in folder.glob("*.parquet") if p.is_file())
+
+
+def iter_batches(
+    folder: Path, columns: list[str] | None = None, batch_size: int = READ_BATCH
+) -> Iterator[pa.Table]:
+    """Stream a shard folder as tables of at most ``batch_size`` rows; never loads a whole file."""
+    for path in shard_paths(folder):
+        pf = pq.ParquetFile(path)
+        for rb in pf.iter_batches(batch_size=batch_size, columns=columns):
+            yield pa.Table.from_batches([rb])
+
+
+def count_rows(folder: Path) -> int:
+    return sum(pq.ParquetFile(p).metadata.num_rows for p in shard_paths(folder))
+
+
+def read_table(folder: Path, columns: list[str] | None = None) -> pa.Table:
+    """Whole folder as one table: for tests and small outputs only."""
+    paths = shard_paths(folder)
+    if not paths:
+        raise FileNotFoundError(f"no parquet shards in {folder}")
+    return pa.concat_tables(pq.read_table(p, columns=columns) for p in paths)
+
+
+def stage_dir(path: Path) -> Path:
+    """The kept-rows folder of a stage output (``OUT/kept``), or ``path`` itself if it holds shards."""
+    path = Path(path)
+    if (path / "kept").is_dir():
+        return path / "kept"
+    if shard_paths(path):
+        return path
+    raise FileNotFoundError(f"{path}: not a gradus stage output (no kept/ shards and no .parquet files)")
+
+
+def read_manifest(out: Path) -> dict | None:
+    p = Path(out) / MANIFEST
+    if not p.exists():
+        return None
+    with open(p) as f:
+        return json.load(f)
+
+
+def write_json_atomic(path: Path, obj: dict) -> None:
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=2, sort_keys=True, default=str)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)

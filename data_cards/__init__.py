@@ -1,0 +1,1 @@
+"""gradus.data_cards package."""

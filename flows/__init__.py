@@ -1,0 +1,1 @@
+"""gradus.flows package."""

@@ -1,0 +1,187 @@
+"""``gradus``: the one console script. Subcommands import their heavy packages inside, so --help is fast.
+
+    gradus ingest SOURCE --out DIR [--format F] [--adapter A] [--map problem=COL,answer=COL] [--name N]
+    gradus filter DIR [DIR ...] --out DIR
+    gradus decontam DIR --against aime24 --against mine=evals.jsonl --out DIR [--ngram 8]
+    gradus dedup DIR [DIR ...] --out DIR [--no-near]
+    gradus curate CONFIG --out DIR          (all of the above, in order, from a JSON/TOML config)
+    gradus demo [--out DIR]                 (the bundled sample through every stage)
+    gradus show DIR                         (a stage output's counts and reasons)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+
+def _print_manifest(m: dict, out: Path) -> None:
+    state = "already complete (skipped)" if m.get("skipped") else f"done in {m['seconds']}s"
+    print(f"{m['stage']}: {state}: {m['rows_in']} in, {m['rows_kept']} kept, {m['rows_rejected']} rejected")
+    for reason, n in m["rejected_by_reason"].items():
+        print(f"  rejected {reason}: {n}")
+    print(f"  kept shards: {out / 'kept'}  rejected shards: {out / 'rejected'}  stats: {out / 'manifest.json'}")
+
+
+def cmd_ingest(a: argparse.Namespace) -> None:
+    from curate.pipeline import ingest
+
+    _print_manifest(ingest(a.source, Path(a.out), a.format, a.adapter, a.map, a.name, a.force), Path(a.out))
+
+
+def cmd_filter(a: argparse.Namespace) -> None:
+    from curate.filters import FilterConfig
+    from curate.pipeline import filter_stage
+
+    cfg = FilterConfig(
+        max_problem_chars=a.max_problem_chars, max_answer_chars=a.max_answer_chars,
+        skip=tuple(a.skip or ()), gold_gate=not a.no_gold_gate,
+    )
+    _print_manifest(filter_stage([Path(d) for d in a.inputs], Path(a.out), cfg, a.force), Path(a.out))
+
+
+def cmd_decontam(a: argparse.Namespace) -> None:
+    from curate.decontam import DecontamConfig
+    from curate.pipeline import decontam_stage
+
+    cfg = DecontamConfig(benchmarks=tuple(a.against), ngram=a.ngram, min_overlap=a.min_overlap)
+    m = decontam_stage([Path(d) for d in a.inputs], Path(a.out), cfg, a.force)
+    _print_manifest(m, Path(a.out))
+    print(f"  benchmark items indexed: {m.get('benchmark_items')}")
+
+
+def cmd_dedup(a: argparse.Namespace) -> None:
+    from curate.dedup import DedupConfig
+    from curate.pipeline import dedup_stage
+
+    cfg = DedupConfig(near=not a.no_near, threshold=a.threshold, ngram=a.ngram)
+    m = dedup_stage([Path(d) for d in a.inputs], Path(a.out), cfg, a.force)
+    _print_manifest(m, Path(a.out))
+
+
+def _print_summary(s: dict, out: Path) -> None:
+    state = "already complete, nothing re-run" if s["skipped"] else "done"
+    print(f"curate {state}: {s['rows_in']} rows in, {s['rows_final']} in the clean set")
+    for stage, kept in s["stages"].items():
+        print(f"  after {stage}: {kept}")
+    print(f"clean shards: {s['final']}")
+    print(f"per-stage stats: {out}/*/manifest.json  summary: {out / 'curate_summary.json'}")
+
+
+def cmd_curate(a: argparse.Namespace) -> None:
+    from curate.pipeline import CurateConfig, curate_all
+
+    out = Path(a.out)
+    _print_summary(curate_all(CurateConfig.load(Path(a.config)), out, a.force), out)
+
+
+def demo_config() -> dict:
+    """The bundled sample: synthetic problems + hand-written hard cases, decontaminated against the
+    bundled demo eval set and, where ../shared/data (or $GRADUS_REAL_DATA) holds them, the real benchmarks."""
+    from curate.decontam import KNOWN_BENCHMARKS, resolve_benchmark
+
+    bench = ["demo=" + str(Path(__file__).resolve().parent.parent / "curate" / "data" / "demo_benchmark.jsonl")]
+    for name in KNOWN_BENCHMARKS:
+        _, where = resolve_benchmark(name)
+        if Path(where).is_file():
+            bench.append(f"{name}={where}")
+    return {"sources": [{"spec": "synthetic:n=2000,seed=0", "name": "synthetic"}], "decontam": {"benchmarks": bench}}
+
+
+def cmd_demo(a: argparse.Namespace) -> None:
+    from curate.pipeline import CurateConfig, curate_all
+
+    out = Path(a.out)
+    cfg = demo_config()
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "demo_config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+    _print_summary(curate_all(CurateConfig.from_dict(cfg), out, a.force), out)
+
+
+def cmd_show(a: argparse.Namespace) -> None:
+    from curate.shards import read_manifest
+
+    m = read_manifest(Path(a.dir))
+    if m is None:
+        raise FileNotFoundError(f"{a.dir}: no manifest.json (not a finished stage output)")
+    _print_manifest(m, Path(a.dir))
+    for src, counts in m["by_source"].items():
+        print(f"  source {src}: {counts}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="gradus", description="Curate math RL data: ingest, filter, decontaminate, dedup.")
+    p.add_argument("-v", "--verbose", action="store_true")
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    s = sub.add_parser("ingest", help="read a source into record shards")
+    s.add_argument("source", help="file (jsonl/json/csv/parquet), hub id (owner/name[@split]) or synthetic[:n=..]")
+    s.add_argument("--out", required=True)
+    s.add_argument("--format", choices=["jsonl", "json", "csv", "parquet", "hf", "synthetic"])
+    s.add_argument("--adapter", help="force a source adapter (default: detected from the columns)")
+    s.add_argument("--map", help="column mapping, e.g. problem=question,answer=final or answer=boxed(solution)")
+    s.add_argument("--name", help="source name stored in the 'source' column")
+    s.add_argument("--force", action="store_true", help="re-run even if a complete output exists")
+    s.set_defaults(fn=cmd_ingest)
+
+    s = sub.add_parser("filter", help="drop unverifiable items (MCQ, proofs, yes/no, ...) and ungradable golds")
+    s.add_argument("inputs", nargs="+")
+    s.add_argument("--out", required=True)
+    s.add_argument("--max-problem-chars", type=int, default=6000)
+    s.add_argument("--max-answer-chars", type=int, default=200)
+    s.add_argument("--skip", action="append", help="turn a filter step off (repeatable)")
+    s.add_argument("--no-gold-gate", action="store_true", help="do not require math-verify to parse the gold")
+    s.add_argument("--force", action="store_true")
+    s.set_defaults(fn=cmd_filter)
+
+    s = sub.add_parser("decontam", help="drop rows that match evaluation benchmarks")
+    s.add_argument("inputs", nargs="+")
+    s.add_argument("--out", required=True)
+    s.add_argument("--against", action="append", required=True, help="NAME=PATH or aime24/aime25/math500/amc23")
+    s.add_argument("--ngram", type=int, default=8)
+    s.add_argument("--min-overlap", type=float, default=0.5, help="0 = any shared n-gram (Open-R1)")
+    s.add_argument("--force", action="store_true")
+    s.set_defaults(fn=cmd_decontam)
+
+    s = sub.add_parser("dedup", help="exact and near-duplicate removal")
+    s.add_argument("inputs", nargs="+")
+    s.add_argument("--out", required=True)
+    s.add_argument("--no-near", action="store_true")
+    s.add_argument("--threshold", type=float, default=0.8)
+    s.add_argument("--ngram", type=int, default=3)
+    s.add_argument("--force", action="store_true")
+    s.set_defaults(fn=cmd_dedup)
+
+    s = sub.add_parser("curate", help="run every stage from a JSON/TOML config")
+    s.add_argument("config")
+    s.add_argument("--out", required=True)
+    s.add_argument("--force", action="store_true")
+    s.set_defaults(fn=cmd_curate)
+
+    s = sub.add_parser("demo", help="the bundled sample through every stage")
+    s.add_argument("--out", default="runs/demo")
+    s.add_argument("--force", action="store_true")
+    s.set_defaults(fn=cmd_demo)
+
+    s = sub.add_parser("show", help="print a stage output's counts")
+    s.add_argument("dir")
+    s.set_defaults(fn=cmd_show)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
+    try:
+        args.fn(args)
+    except (FileNotFoundError, ValueError) as e:  # SourceError is a ValueError: bad input, one line
+        print(f"gradus {args.cmd}: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""gradus.rl_stage package."""
