@@ -4,8 +4,9 @@ Two passes over the shards. Pass 1 reads only ``id``, ``source``, ``answer`` and
 batch and keeps, per row, a few integers and a MinHash signature (``num_perm`` uint32); memory grows
 with rows (about 400 bytes a row at the defaults), never with text. Candidate pairs come from exact
 ``id`` matches and from LSH band collisions; a near pair is confirmed only when the signatures agree on
-at least ``threshold`` of their hashes (estimated Jaccard) and, by default, the gold answers match too:
-in math, two statements one number apart are different problems with different answers.
+at least ``threshold`` of their hashes (estimated Jaccard) and, by default, both the sequence of numbers
+in the statements and the gold answers match: in math, two statements one number apart are different
+problems ("gcd of 76 and 36" vs "gcd of 76 and 8" share most shingles and even the answer 4).
 Clusters are connected components; the representative is the row of the best-ranked source
 (``source_priority``), then the earliest row. Pass 2 streams the rows again and writes them out.
 
@@ -32,6 +33,7 @@ class DedupConfig:
     rows: int = 6
     threshold: float = 0.8  # estimated Jaccard needed to confirm a near pair
     require_same_answer: bool = True  # a near pair with different gold answers is not a duplicate
+    require_same_numbers: bool = True  # nor one whose statements hold different numbers
     seed: int = 42
     # Preferred sources first (competition originals over re-collections); unlisted ones rank after, in order seen.
     source_priority: tuple[str, ...] = (
@@ -96,11 +98,19 @@ def _first_of_groups(keys: np.ndarray) -> np.ndarray:
     return first_idx[inv]
 
 
-def plan(ids: np.ndarray, ranks: np.ndarray, answers: np.ndarray, sigs: np.ndarray | None, cfg: DedupConfig):
+def plan(
+    ids: np.ndarray,
+    ranks: np.ndarray,
+    answers: np.ndarray,
+    numbers: np.ndarray,
+    sigs: np.ndarray | None,
+    cfg: DedupConfig,
+):
     """Decide every row: returns (rep index per row, kind per row: 0 kept, 1 exact dup, 2 near dup).
 
     ``ids``: uint64 exact-content hashes; ``ranks``: source priority (lower is better); ``answers``:
-    uint64 hashes of the normalized gold answer; ``sigs``: (n, num_perm) signatures or None.
+    uint64 hashes of the normalized gold answer; ``numbers``: uint64 hashes of the statement's number
+    sequence (``number_keys``); ``sigs``: (n, num_perm) signatures or None.
     """
     n = len(ids)
     idx = np.arange(n)
@@ -118,6 +128,8 @@ def plan(ids: np.ndarray, ranks: np.ndarray, answers: np.ndarray, sigs: np.ndarr
             ok = agree >= cfg.threshold
             if cfg.require_same_answer:
                 ok &= answers[cand] == answers[f[cand]]
+            if cfg.require_same_numbers:
+                ok &= numbers[cand] == numbers[f[cand]]
             us.append(cand[ok])
             vs.append(f[cand[ok]])
     comp = _components(n, np.concatenate(us), np.concatenate(vs))
@@ -137,3 +149,9 @@ def hash_strings(col: pa.Array | pa.ChunkedArray) -> np.ndarray:
 
     vals = pc.fill_null(col, "\x00null").to_numpy(zero_copy_only=False)
     return pd.util.hash_array(vals.astype(object), categorize=True)
+
+
+def number_keys(col: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """uint64 hash of the sequence of numbers in each statement ("gcd of 76 and 36" -> "76 36")."""
+    digits = pc.utf8_trim_whitespace(pc.replace_substring_regex(pc.fill_null(col, ""), r"[^0-9]+", " "))
+    return hash_strings(digits)

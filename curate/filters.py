@@ -60,7 +60,8 @@ def _blank(col: pa.ChunkedArray | pa.Array) -> pa.Array:
 
 # --- patterns (RE2 syntax) -----------------------------------------------------------------------------
 # options embedded as (A) ... (B) ... (C) (also inside \textbf{(A)} and $\text{(A)}$)
-_MCQ_OPTIONS = r"\(A\)[\s\S]*?\(B\)[\s\S]*?\(C\)"
+# (not after a letter or digit: asy code has dot(A);dot(B);dot(C))
+_MCQ_OPTIONS = r"(?:^|[^A-Za-z0-9_])\(A\)[\s\S]*?[^A-Za-z0-9_]\(B\)[\s\S]*?[^A-Za-z0-9_]\(C\)"
 # options as lines "A. ..." / "A) ..." followed by a "B" line
 _MCQ_LINES = r"(?m)^\s*\$?A[.):]\s*\S[\s\S]*^\s*\$?B[.):]\s*\S"
 _MCQ_PHRASE = r"(?i)which of the following|which one of the following|choose the correct|select the correct"
@@ -81,7 +82,11 @@ _FIGURE_REF = (
     r"(?:below|above|shows)|\bsee (?:the )?(?:figure|diagram)\b|\bin the (?:figure|diagram)\b|"
     r"\.(?:png|jpe?g|gif|svg)\b"
 )
-_FIGURE_PRESENT = r"\[asy\]|\\begin\{tikzpicture\}|<img|!\[[^\]]*\]\(|\\includegraphics"
+# a drawing, an image, or a table/array that "shown below" can refer to
+_FIGURE_PRESENT = (
+    r"\[asy\]|\\begin\{(?:tikzpicture|array|tabular|matrix|pmatrix|bmatrix)\}|<img|!\[[^\]]*\]\(|"
+    r"\\includegraphics|(?m)^\s*\|.*\|\s*$"
+)
 _CONTROL = r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\x{fffd}]"
 _PROSE_ANSWER = r"(?:^|[^\\A-Za-z])[A-Za-z]{2,}\s+[A-Za-z]{2,}\s+[A-Za-z]{2,}"
 

@@ -22,23 +22,27 @@ import pyarrow.compute as pc
 
 from curate.answers import answer_types
 from curate.decontam import BenchmarkIndex, DecontamConfig, resolve_benchmark
-from curate.dedup import DedupConfig, hash_strings, minhash, plan
+from curate.dedup import DedupConfig, hash_strings, minhash, number_keys, plan
 from curate.filters import FilterConfig, apply_filters
 from curate.readers import FastPathFailed, SourceError, detect_format, read_source
 from curate.schema import SCHEMA, conform
 from curate.shards import count_rows, iter_batches, stage_dir, write_json_atomic
 from curate.sources import ADAPTERS, apply_adapter, detect_adapter, mapped_adapter, parse_mapping
 from curate.stage import StageRun, dir_fingerprint, file_fingerprint, reject_table, run_stage
-from curate.text import content_ids
+from curate.text import content_ids, repair_escapes
 
 log = logging.getLogger(__name__)
 
 
 # ---------------------------------------------------------------------------------------------- ingest
-def _records(cols: dict, n: int, source: str, origin: str) -> tuple[pa.Table, list, list]:
+def _records(cols: dict, n: int, source: str, origin: str) -> tuple[pa.Table, list, list, int]:
     problems = pa.array(cols["problem"], pa.string())
+    problems, repaired = repair_escapes(problems)
     stripped = pc.utf8_trim_whitespace(problems)
     cols = dict(cols)
+    if cols.get("answer") is not None:
+        cols["answer"], rep_a = repair_escapes(pa.array(cols["answer"], pa.string()))
+        repaired = pc.or_(repaired, rep_a)
     reject, detail = cols.pop("_reject"), cols.pop("_reject_detail")
     cols["problem"] = pc.fill_null(stripped, "")
     cols["id"] = content_ids(stripped)
@@ -48,7 +52,8 @@ def _records(cols: dict, n: int, source: str, origin: str) -> tuple[pa.Table, li
         cols["answer_type"] = answer_types(cols["answer"])
     null_problem = pc.is_null(problems).to_pylist()
     reject = [r or ("ingest_missing_problem" if np_ else None) for r, np_ in zip(reject, null_problem)]
-    return conform({k: v for k, v in cols.items() if k in SCHEMA.names}, n), reject, detail
+    n_repaired = int(pc.sum(repaired.cast(pa.int64())).as_py() or 0)
+    return conform({k: v for k, v in cols.items() if k in SCHEMA.names}, n), reject, detail, n_repaired
 
 
 def ingest(
@@ -90,7 +95,8 @@ def ingest(
             with run.timed("adapt"):
                 cols = apply_adapter(chosen, raw)
                 n = raw.num_rows
-                table, reject, detail = _records(cols, n, source_name or chosen.name, spec)
+                table, reject, detail, n_repaired = _records(cols, n, source_name or chosen.name, spec)
+                run.extra["repaired_latex_escapes"] = run.extra.get("repaired_latex_escapes", 0) + n_repaired
             bad = pa.array([r is not None for r in reject])
             kept = table.filter(pc.invert(bad))
             rej = table.filter(bad)
@@ -188,7 +194,7 @@ def dedup_stage(inputs: list[Path], out: Path, cfg: DedupConfig = DedupConfig(),
 
     def body(run: StageRun) -> None:
         dirs = _kept_dirs(inputs)
-        ids, ranks, answers, sigs, id_strs = [], [], [], [], []
+        ids, ranks, answers, numbers, sigs, id_strs = [], [], [], [], [], []
         prio = {s: i for i, s in enumerate(cfg.source_priority)}
         with run.timed("pass1_signatures"):
             for d in dirs:
@@ -197,13 +203,14 @@ def dedup_stage(inputs: list[Path], out: Path, cfg: DedupConfig = DedupConfig(),
                     id_strs.append(t["id"].to_numpy(zero_copy_only=False))
                     ranks.append(np.array([prio.get(s, len(prio)) for s in t["source"].to_pylist()], np.int64))
                     answers.append(hash_strings(pc.replace_substring_regex(pc.fill_null(t["answer"], ""), r"\s+", "")))
+                    numbers.append(number_keys(t["problem"]))
                     if cfg.near:
                         sigs.append(minhash(t["problem"], cfg))
         n = sum(len(x) for x in ids)
         cat = (lambda xs, dt: np.concatenate(xs) if xs else np.zeros(0, dt))  # noqa: E731
         with run.timed("clusters"):
             rep, kind = plan(cat(ids, np.uint64), cat(ranks, np.int64), cat(answers, np.uint64),
-                             np.concatenate(sigs) if (cfg.near and sigs) else None, cfg)
+                             cat(numbers, np.uint64), np.concatenate(sigs) if (cfg.near and sigs) else None, cfg)
         all_ids = cat(id_strs, object)
         sigs = None
         run.extra["dedup"] = {

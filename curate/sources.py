@@ -71,6 +71,8 @@ class Adapter:
     name: str  # also the default ``source`` value
     detect: frozenset[str]  # raw columns that identify the format
     fn: Callable[[pa.Table], Cols]
+    problem_col: str | None = "problem"  # raw column holding the statement (must be a string)
+    accept: Callable[[pa.Table], bool] | None = None  # extra check on the first batch
 
 
 def _aime_kaggle(t: pa.Table) -> Cols:
@@ -188,10 +190,15 @@ def _orz_eval(t: pa.Table) -> Cols:
     problems, rejects = [], []
     for raw in _col(t, "prompt"):
         p = None
-        try:
-            turns = ast.literal_eval(raw) if raw and raw.lstrip().startswith("[") else None  # literals only
-        except (ValueError, SyntaxError, MemoryError, RecursionError):
-            turns = None
+        turns = None
+        if raw and raw.lstrip().startswith("["):
+            try:
+                turns = json.loads(raw)  # the reader turns a list into JSON text
+            except json.JSONDecodeError:
+                try:
+                    turns = ast.literal_eval(raw)  # a Python repr of the list: literals only, never eval
+                except (ValueError, SyntaxError, MemoryError, RecursionError):
+                    turns = None
         if isinstance(turns, list) and turns and isinstance(turns[0], dict):
             p = turns[0].get("value")
         problems.append(p if isinstance(p, str) else raw)
@@ -223,6 +230,11 @@ def _synthetic(t: pa.Table) -> Cols:
     }
 
 
+def _aime_ids(t: pa.Table) -> bool:
+    ids = [i for i in _col(t, "id")[:50] if i]
+    return bool(ids) and all(re.match(r"^\d{4}_AIM", i) for i in ids)
+
+
 def _aime_csv(t: pa.Table) -> Cols:
     ids = _col(t, "id")
     return {"source_id": ids, "problem": _col(t, "problem"), "answer": _col(t, "answer"), "year": _year(ids)}
@@ -245,18 +257,18 @@ ADAPTERS: dict[str, Adapter] = {
     a.name: a
     for a in [
         Adapter("synthetic", frozenset({"id", "problem", "answer", "subject", "level", "question_type"}), _synthetic),
-        Adapter("aime", frozenset({"ID", "Year", "Problem Number", "Question", "Answer"}), _aime_kaggle),
+        Adapter("aime", frozenset({"ID", "Year", "Problem Number", "Question", "Answer"}), _aime_kaggle, "Question"),
         Adapter("numina_1.5", frozenset({"problem", "solution", "answer", "problem_type", "question_type"}), _numina_15),
         Adapter("numina_cot", frozenset({"source", "problem", "solution", "messages"}), _numina_cot),
         Adapter("math500", frozenset({"problem", "solution", "answer", "subject", "level", "unique_id"}), _math500),
         Adapter("math", frozenset({"problem", "level", "type", "solution"}), _math),
         Adapter("omni_math", frozenset({"domain", "difficulty", "problem", "answer"}), _omni),
-        Adapter("deepmath", frozenset({"prompt", "messages", "ground_truth"}), _deepmath),
-        Adapter("orz_eval", frozenset({"prompt", "final_answer"}), _orz_eval),
+        Adapter("deepmath", frozenset({"prompt", "messages", "ground_truth"}), _deepmath, "prompt"),
+        Adapter("orz_eval", frozenset({"prompt", "final_answer"}), _orz_eval, None),
         Adapter("deepscaler", frozenset({"problem", "answer", "difficulty"}), _deepscaler),
-        Adapter("aime_csv", frozenset({"id", "problem", "answer"}), _aime_csv),
+        Adapter("aime_csv", frozenset({"id", "problem", "answer"}), _aime_csv, accept=_aime_ids),
         Adapter("generic", frozenset({"problem"}), _generic),
-        Adapter("orz", frozenset({"_value"}), _orz),
+        Adapter("orz", frozenset({"_value"}), _orz, None),
     ]
 }
 
@@ -267,7 +279,7 @@ def detect_adapter(t: pa.Table) -> Adapter:
     if not names and "_value" in t.column_names:
         return ADAPTERS["orz"]
     for a in ADAPTERS.values():
-        if a.name != "orz" and a.detect <= names:
+        if a.name != "orz" and a.detect <= names and (a.accept is None or a.accept(t)):
             return a
     raise SourceError(
         f"cannot tell the source format from its columns {sorted(names)}; "
@@ -313,7 +325,7 @@ def mapped_adapter(mapping: dict[str, str]) -> Adapter:
             out[k] = vals
         return out
 
-    return Adapter("generic", frozenset(needed), fn)
+    return Adapter("generic", frozenset(needed), fn, re.sub(r"^boxed\((.*)\)$", r"\1", mapping["problem"]))
 
 
 def apply_adapter(adapter: Adapter, t: pa.Table) -> Cols:
@@ -322,11 +334,10 @@ def apply_adapter(adapter: Adapter, t: pa.Table) -> Cols:
     n = t.num_rows
     rejects = list(cols.pop("_reject", None) or [None] * n)
     bad, nonscalar = _col(t, "_bad"), _col(t, "_nonscalar")
-    problem_cols = {"problem", "Question", "prompt"}
     for i in range(n):
         if bad[i]:
             rejects[i] = "ingest_" + bad[i].split(":")[0]
-        elif nonscalar[i] and any(x.split(":")[0] in problem_cols for x in nonscalar[i].split(",")):
+        elif nonscalar[i] and any(x.split(":")[0] == adapter.problem_col for x in nonscalar[i].split(",")):
             rejects[i] = rejects[i] or "ingest_problem_not_string"
     cols["_reject"] = rejects
     cols["_reject_detail"] = [b or ns for b, ns in zip(bad, nonscalar)]

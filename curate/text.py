@@ -114,3 +114,25 @@ def ngram_hashes(col: pa.Array | pa.ChunkedArray, n: int, short_docs: bool = Tru
             order = np.argsort(rows, kind="stable")
             hashes, rows = hashes[order], rows[order]
     return hashes, rows
+
+
+# JSON escapes that swallowed a LaTeX command's backslash: "\frac" written unescaped in JSON is a form
+# feed followed by "rac" (seen in Omni-MATH rule data). Each control character is put back to
+# "\" + its escape letter, but only where a LaTeX command name follows.
+_ESCAPE_DAMAGE = [
+    ("\x0c", "f", r"\x0c(rac|orall|box)"),
+    ("\x08", "b", r"\x08(eta|inom|oxed|ig|ar|egin|f\{|mod|ot)"),
+    ("\t", "t", r"\t(imes|heta|ext|an|frac|o\b|riangle|ilde|au)"),
+    ("\x0b", "v", r"\x0b(ec|arepsilon|arphi|dots)"),
+    ("\r", "r", r"\r(ight|ho|m\{|angle)"),
+    ("\x07", "a", r"\x07(lpha|pprox|ngle)"),
+]
+
+
+def repair_escapes(col: pa.Array | pa.ChunkedArray) -> tuple[pa.Array, pa.Array]:
+    """Undo JSON-escape damage to LaTeX commands; returns (repaired column, was-repaired mask)."""
+    out = col
+    for _, letter, pattern in _ESCAPE_DAMAGE:
+        out = pc.replace_substring_regex(out, pattern, "\\\\" + letter + r"\1")
+    changed = pc.fill_null(pc.not_equal(out, col), False)
+    return out, changed
