@@ -7,15 +7,20 @@ name (``aime24``, ``aime25``, ``math500``, ``amc23``) that resolves to a local c
 Rules (a row is contaminated when any fires; the first benchmark item matched is recorded):
 - exact: the row's normalized text (``curate.text.exact_key``) equals a benchmark item's;
 - n-gram: the row shares word ``ngram``-grams with one benchmark item, and the shared n-grams cover at
-  least ``min_overlap`` of the smaller of the two n-gram sets. Open-R1's decontamination uses 8-grams
-  with any single shared n-gram (``min_overlap=0``); Light-R1 uses 32-grams. Any-overlap also fires on
-  competition boilerplate ("find the remainder when N is divided by 1000" is nine words), which is
-  why the default asks for half of the smaller problem's n-grams.
+  least ``min_overlap`` of the smaller of the two n-gram sets; or they cover at least
+  ``min_overlap_numbers`` and every number of the benchmark item also appears in the row (a reworded
+  copy keeps the problem's numbers; shared boilerplate does not bring them). N-grams found in two or
+  more benchmark items are phrasing, not content, and are not indexed.
+  Open-R1's decontamination uses 8-grams with any single shared n-gram (``min_overlap=0``); Light-R1
+  uses 32-grams. On AIME 1983-2024 against AIME 2024, any-overlap flags 250 problems of earlier years
+  (competition boilerplate such as "can be written as m/n where m and n are relatively prime positive
+  integers"); the defaults flag the 14 problems of 2024 and nothing else (tests/test_realdata.py).
 """
 
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,13 +46,14 @@ class DecontamConfig:
     benchmarks: tuple[str, ...] = ()  # NAME=PATH or known names
     ngram: int = 8  # Open-R1's decontamination default; Light-R1 uses 32
     min_overlap: float = 0.5  # fraction of the smaller n-gram set; 0 = any shared n-gram (Open-R1)
+    min_overlap_numbers: float = 0.2  # lower bar when all the benchmark item's numbers are in the row
     exact: bool = True
 
     def __post_init__(self) -> None:
         if self.ngram < 1:
             raise ValueError("ngram must be >= 1")
-        if not 0.0 <= self.min_overlap <= 1.0:
-            raise ValueError("min_overlap must be in [0, 1]")
+        if not 0.0 <= self.min_overlap <= 1.0 or not 0.0 <= self.min_overlap_numbers <= 1.0:
+            raise ValueError("min_overlap and min_overlap_numbers must be in [0, 1]")
 
 
 def resolve_benchmark(spec: str) -> tuple[str, str]:
@@ -77,9 +83,10 @@ class BenchmarkIndex:
     hashes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))  # sorted n-gram hashes
     owner: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # item of each hash
     exact: dict[str, int] = field(default_factory=dict)  # exact key -> item
+    numbers: list[frozenset] = field(default_factory=list)  # per item: the numbers in its statement
 
     @classmethod
-    def build(cls, specs: tuple[str, ...], ngram: int) -> BenchmarkIndex:
+    def build(cls, specs: tuple[str, ...], ngram: int, drop_shared: bool = True) -> BenchmarkIndex:
         idx = cls(ngram=ngram)
         all_h, all_o, sizes = [], [], []
         for spec in specs:
@@ -90,6 +97,7 @@ class BenchmarkIndex:
                 base = len(idx.ids)
                 idx.names += [name] * len(problems)
                 idx.ids += [str(s) for s in cols["source_id"]]
+                idx.numbers += [_numbers(p) for p in problems.to_pylist()]
                 for j, k in enumerate(exact_key(problems).to_pylist()):
                     if k:
                         idx.exact.setdefault(k, base + j)
@@ -101,8 +109,14 @@ class BenchmarkIndex:
         if all_h:
             h, o = np.concatenate(all_h), np.concatenate(all_o)
             order = np.lexsort((o, h))
-            idx.hashes, idx.owner = h[order], o[order]
-            idx.sizes = np.concatenate(sizes)
+            h, o = h[order], o[order]
+            if drop_shared:
+                # an n-gram found in two or more benchmark items is phrasing, not content
+                uniq, counts = np.unique(h, return_counts=True)
+                keep = np.isin(h, uniq[counts == 1])
+                h, o = h[keep], o[keep]
+            idx.hashes, idx.owner = h, o
+            idx.sizes = np.bincount(o, minlength=len(idx.ids)) if drop_shared else np.concatenate(sizes)
         return idx
 
     def match(self, problems: pa.Array | pa.ChunkedArray, cfg: DecontamConfig) -> tuple[list, list, list]:
@@ -138,8 +152,20 @@ class BenchmarkIndex:
         items = self.owner[np.concatenate([np.arange(s, e) for s, e in zip(hit_pos, ends)])]
         pair_keys, shared = np.unique(np.stack([rows_rep, items]), axis=1, return_counts=True)
         denom = np.minimum(row_sizes[pair_keys[0]], self.sizes[pair_keys[1]])
-        ok = shared >= np.maximum(1, np.ceil(cfg.min_overlap * denom))
-        for row, item in zip(pair_keys[0][ok].tolist(), pair_keys[1][ok].tolist()):
-            if kind[row] is None:
-                bench[row], bid[row], kind[row] = self.names[item], self.ids[item], "ngram"
+        strong = shared >= np.maximum(1, np.ceil(cfg.min_overlap * denom))
+        weak = shared >= np.maximum(1, np.ceil(cfg.min_overlap_numbers * denom))
+        plist = None
+        for row, item, is_strong, is_weak in zip(pair_keys[0].tolist(), pair_keys[1].tolist(), strong, weak):
+            if kind[row] is not None or not (is_strong or is_weak):
+                continue
+            if not is_strong:
+                plist = plist if plist is not None else problems.to_pylist()
+                if not (self.numbers[item] and self.numbers[item] <= _numbers(plist[row])):
+                    continue
+            bench[row], bid[row], kind[row] = self.names[item], self.ids[item], "ngram"
         return bench, bid, kind
+
+
+def _numbers(text: str | None) -> frozenset:
+    """The numbers written in a statement (digit runs, thousands separators folded)."""
+    return frozenset(re.findall(r"\d+", re.sub(r"(?<=\d),(?=\d{3})", "", text or "")))

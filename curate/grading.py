@@ -88,14 +88,22 @@ class GradingPool:
     """A small pool of math-verify worker processes with memoization and hard deadlines.
 
     ``workers`` defaults to the number of CPUs; ``timeout_s`` is math-verify's own per-call timeout,
-    and a request of ``m`` items gets a hard deadline of ``m * timeout_s + 10`` seconds.
+    and a request of ``m`` items gets a hard deadline of ``m * timeout_s + slack_s`` seconds.
     """
 
-    def __init__(self, workers: int | None = None, timeout_s: int = 5, mem_mb: int | None = 2048, chunk: int = 256):
+    def __init__(
+        self,
+        workers: int | None = None,
+        timeout_s: int = 5,
+        mem_mb: int | None = 2048,
+        chunk: int = 256,
+        slack_s: float = 10.0,
+    ):
         self.n = max(1, workers or (os.cpu_count() or 1))
         self.timeout_s = timeout_s
         self.mem_bytes = mem_mb * (1 << 20) if mem_mb else None
         self.chunk = chunk
+        self.slack_s = slack_s
         self._ctx = mp.get_context("forkserver" if os.name == "posix" else "spawn")
         self._workers: list[_Worker] = []
         self._gold_memo: dict[str, ParseResult] = {}
@@ -136,7 +144,7 @@ class GradingPool:
                 if wi not in busy and pending:
                     ci = pending.pop(0)
                     self._workers[wi].conn.send((op, chunks[ci], self.timeout_s))
-                    busy[wi] = (ci, time.monotonic() + len(chunks[ci]) * self.timeout_s + 10)
+                    busy[wi] = (ci, time.monotonic() + len(chunks[ci]) * self.timeout_s + self.slack_s)
             for wi, (ci, deadline) in list(busy.items()):
                 w = self._workers[wi]
                 if w.conn.poll(0.005):

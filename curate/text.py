@@ -4,8 +4,10 @@ Two normal forms:
 - ``exact_key``: for ids and exact dedup. NFKC, lowercase, math delimiters and LaTeX spacing/sizing
   macros removed, ``\\dfrac``/``\\tfrac`` folded to ``\\frac``, all whitespace removed. Digits are kept:
   "2+3" and "2+4" are different problems.
-- ``words``: for n-gram shingles (near dup, decontamination). NFKC, lowercase, every run of characters
-  that are not letters or digits becomes a space, then split.
+- ``words``: for n-gram shingles (near dup, decontamination). NFKC, lowercase, LaTeX environment
+  markers and command names dropped (``\\begin{equation*}``, ``\\overline``: typesetting, not wording),
+  letters and digits split apart (``a^2b`` and ``a^2 b`` both give ``a 2 b``), every other run of
+  non-alphanumeric characters becomes a space, then split.
 
 Word n-grams are hashed without a Python loop per row: each distinct word of a batch gets a stable
 64-bit hash (blake2b), and n-grams are combined with a polynomial over uint64 (wrapping arithmetic),
@@ -51,6 +53,9 @@ def content_ids(col: pa.Array | pa.ChunkedArray) -> pa.Array:
 def words(col: pa.Array | pa.ChunkedArray) -> pa.ListArray:
     """Word tokens per row (list<string>)."""
     s = pc.utf8_lower(pc.utf8_normalize(pc.fill_null(col, ""), "NFKC"))
+    s = pc.replace_substring_regex(s, r"\\(?:begin|end)\{[^}]*\}|\\[a-z]+", " ")
+    s = pc.replace_substring_regex(s, r"([0-9])([a-z])", r"\1 \2")
+    s = pc.replace_substring_regex(s, r"([a-z])([0-9])", r"\1 \2")
     s = pc.utf8_trim_whitespace(pc.replace_substring_regex(s, _NON_WORD, " "))
     s = pc.if_else(pc.equal(s, ""), pa.scalar(None, pa.string()), s)  # "" would split into [""]
     out = pc.utf8_split_whitespace(s)

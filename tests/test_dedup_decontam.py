@@ -1,0 +1,90 @@
+"""Dedup planning on crafted inputs, MinHash agreement, and decontamination rules."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from curate.decontam import BenchmarkIndex, DecontamConfig
+from curate.dedup import DedupConfig, minhash, number_keys, plan
+
+
+def _u64(xs):
+    return np.array(xs, dtype=np.uint64)
+
+
+def test_plan_exact_keeps_best_source_then_first_row():
+    # rows 0,2,3 share an id; ranks 5,?,1,1 -> row 2 (rank 1, earliest of the two rank-1 rows) is kept
+    ids, ranks = _u64([7, 8, 7, 7]), np.array([5, 0, 1, 1])
+    rep, kind = plan(ids, ranks, _u64([0, 0, 0, 0]), _u64([0, 0, 0, 0]), None, DedupConfig(near=False))
+    assert rep.tolist() == [2, 1, 2, 2]
+    assert kind.tolist() == [1, 0, 0, 1]
+
+
+def _near(problems, answers=None):
+    cfg = DedupConfig()
+    col = pa.array(problems)
+    sigs = minhash(col, cfg)
+    n = len(problems)
+    ans = _u64(range(n)) if answers == "distinct" else _u64([0] * n)
+    return plan(_u64(range(100, 100 + n)), np.zeros(n, np.int64), ans, number_keys(col), sigs, cfg)
+
+
+BAG = ("A bag {} 5 red marbles, 3 blue marbles and 2 green marbles. Two marbles are drawn at random without "
+       "replacement. What is the probability that both are red? Express your answer as a common fraction.")
+
+
+def test_near_duplicate_rewording_is_caught():
+    rep, kind = _near([BAG.format("holds"), BAG.format("contains"), "What is the capital of France? Name it."])
+    assert kind.tolist() == [0, 2, 0] and rep.tolist() == [0, 0, 2]
+
+
+def test_near_pair_with_different_numbers_or_answers_is_kept():
+    other = BAG.format("holds").replace("5 red", "6 red")
+    _, kind = _near([BAG.format("holds"), other])
+    assert kind.tolist() == [0, 0]  # numbers differ: a different problem
+    _, kind = _near([BAG.format("holds"), BAG.format("contains")], answers="distinct")
+    assert kind.tolist() == [0, 0]  # answers differ
+
+
+def test_minhash_agreement_tracks_jaccard():
+    cfg = DedupConfig()
+    words = [f"w{i}" for i in range(60)]
+    a = " ".join(words)
+    b = " ".join(words[:45] + [f"z{i}" for i in range(15)])
+    sig = minhash(pa.array([a, b, a]), cfg)
+    # trigram sets: 58 each, 43 shared -> Jaccard 43/73 = 0.589
+    agree = (sig[0] == sig[1]).mean()
+    assert abs(agree - 43 / 73) < 0.12
+    assert (sig[0] == sig[2]).all()
+
+
+def _index(tmp_path, rows):
+    p = tmp_path / "bench.jsonl"
+    import json
+
+    p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return BenchmarkIndex.build((f"mybench={p}",), 8)
+
+
+def test_decontam_exact_ngram_and_boilerplate(tmp_path):
+    bench_problem = ("Let N be the number of ordered pairs of positive integers whose product is a perfect "
+                     "square below 500. Find the remainder when N is divided by 1000.")
+    idx = _index(tmp_path, [{"id": "b1", "problem": bench_problem, "answer": "7"},
+                            {"id": "b2", "problem": "What is $1+1$?", "answer": "2"}])
+    rows = pa.array([
+        "What is $1 + 1$ ?",  # exact after normalization
+        "Here: " + bench_problem[:-1] + " please.",  # near-verbatim copy
+        "A different problem about circles. Find the remainder when N is divided by 1000.",  # boilerplate only
+    ])
+    bench, bid, kind = idx.match(rows, DecontamConfig())
+    assert kind == ["exact", "ngram", None]
+    assert bid[:2] == ["b2", "b1"] and bench[:2] == ["mybench", "mybench"]
+    # Open-R1's rule (any shared 8-gram) also flags the boilerplate row
+    _, _, kind0 = idx.match(rows, DecontamConfig(min_overlap=0.0))
+    assert kind0 == ["exact", "ngram", "ngram"]
+    # a reworded copy below min_overlap is still caught when it keeps all the item's numbers (500, 1000)
+    reworded = pa.array(["Find the remainder when N is divided by 1000, where N counts the ordered pairs of positive "
+                         "integers whose product is a perfect square below 500."])
+    assert idx.match(reworded, DecontamConfig())[2] == ["ngram"]
+    assert idx.match(reworded, DecontamConfig(min_overlap_numbers=1.0))[2] == [None]

@@ -1,0 +1,99 @@
+"""Schema/dataclass agreement, atomic shard writes, streaming reads, manifest-last skip and restart."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import types
+import typing
+
+import pyarrow as pa
+import pytest
+
+from curate.schema import REJECT_SCHEMA, SCHEMA, Record, records_to_table
+from curate.shards import ShardWriter, count_rows, iter_batches, read_table, shard_paths
+from curate.stage import run_stage
+
+_PY = {pa.string(): str, pa.int32(): int, pa.int64(): int, pa.float32(): float, pa.bool_(): bool}
+
+
+def test_dataclass_matches_schema():
+    fields = dataclasses.fields(Record)
+    assert [f.name for f in fields] == SCHEMA.names
+    hints = typing.get_type_hints(Record)
+    for f in SCHEMA:
+        args = [a for a in typing.get_args(hints[f.name]) if a is not type(None)] or [hints[f.name]]
+        if pa.types.is_list(f.type):
+            assert typing.get_origin(args[0]) is list
+        else:
+            assert args[0] is _PY[f.type], f.name
+        # non-nullable columns are the ones without a None default in the dataclass
+        nullable = isinstance(hints[f.name], types.UnionType) and type(None) in typing.get_args(hints[f.name])
+        assert nullable == f.nullable, f.name
+    assert REJECT_SCHEMA.names[-3:] == ["reject_stage", "reject_reason", "reject_detail"]
+
+
+def _recs(n):
+    return [Record(id=f"{i:016x}", source="t", source_id=str(i), origin="mem", problem=f"p{i}", answer=str(i))
+            for i in range(n)]
+
+
+def test_shard_writer_bounds_shards_and_leaves_no_tmp(tmp_path):
+    w = ShardWriter(tmp_path, SCHEMA, rows_per_shard=4)
+    w.write(records_to_table(_recs(5)))
+    w.write(records_to_table(_recs(5)))
+    shards = w.close()
+    # 10 rows at 4 per shard -> 4, 4, 2
+    assert [s["rows"] for s in shards] == [4, 4, 2]
+    assert [p.name for p in shard_paths(tmp_path)] == ["shard_00000.parquet", "shard_00001.parquet", "shard_00002.parquet"]
+    assert not list(tmp_path.glob("*.tmp"))
+    assert count_rows(tmp_path) == 10
+    assert sum(t.num_rows for t in iter_batches(tmp_path, batch_size=3)) == 10
+
+
+def test_readers_ignore_tmp_files(tmp_path):
+    w = ShardWriter(tmp_path, SCHEMA, rows_per_shard=100)
+    w.write(records_to_table(_recs(3)))
+    # a crash mid-shard leaves only a .tmp: nothing is visible to readers
+    assert shard_paths(tmp_path) == []
+    w.abort()
+    assert not list(tmp_path.iterdir())
+
+
+def test_same_rows_same_bytes(tmp_path):
+    for sub in ("a", "b"):
+        w = ShardWriter(tmp_path / sub, SCHEMA)
+        w.write(records_to_table(_recs(7)))
+        w.close()
+    assert (tmp_path / "a/shard_00000.parquet").read_bytes() == (tmp_path / "b/shard_00000.parquet").read_bytes()
+
+
+def test_run_stage_skips_complete_output_and_restarts_incomplete(tmp_path):
+    calls = []
+
+    def body(run):
+        calls.append(1)
+        run.emit(records_to_table(_recs(3)))
+
+    m1 = run_stage("t", tmp_path, {"x": 1}, {"c": 1}, body)
+    assert m1["rows_kept"] == 3 and not m1["skipped"] and len(calls) == 1
+    m2 = run_stage("t", tmp_path, {"x": 1}, {"c": 1}, body)
+    assert m2["skipped"] and len(calls) == 1  # complete manifest, same inputs and config: nothing done
+    run_stage("t", tmp_path, {"x": 1}, {"c": 2}, body)  # new config: re-run
+    assert len(calls) == 2
+    # an interrupted run leaves no manifest; the next run starts clean, rows are not doubled
+    (tmp_path / "manifest.json").unlink()
+    m4 = run_stage("t", tmp_path, {"x": 1}, {"c": 2}, body)
+    assert m4["rows_kept"] == 3 and read_table(tmp_path / "kept").num_rows == 3
+    assert json.loads((tmp_path / "manifest.json").read_text())["rows_in"] == 3
+
+
+def test_run_stage_failure_writes_no_manifest(tmp_path):
+    def body(run):
+        run.emit(records_to_table(_recs(2)))
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError):
+        run_stage("t", tmp_path, {}, {}, body)
+    assert not (tmp_path / "manifest.json").exists()
+    assert not list((tmp_path / "kept").glob("*.tmp"))
