@@ -149,13 +149,13 @@ class BenchmarkIndex:
         ends = np.searchsorted(self.hashes, h[found], side="right")
         counts = ends - hit_pos
         rows_rep = np.repeat(hit_rows, counts)
-        items = self.owner[np.concatenate([np.arange(s, e) for s, e in zip(hit_pos, ends)])]
+        items = self.owner[np.concatenate([np.arange(s, e) for s, e in zip(hit_pos, ends, strict=False)])]
         pair_keys, shared = np.unique(np.stack([rows_rep, items]), axis=1, return_counts=True)
         denom = np.minimum(row_sizes[pair_keys[0]], self.sizes[pair_keys[1]])
         strong = shared >= np.maximum(1, np.ceil(cfg.min_overlap * denom))
         weak = shared >= np.maximum(1, np.ceil(cfg.min_overlap_numbers * denom))
         plist = None
-        for row, item, is_strong, is_weak in zip(pair_keys[0].tolist(), pair_keys[1].tolist(), strong, weak):
+        for row, item, is_strong, is_weak in zip(pair_keys[0].tolist(), pair_keys[1].tolist(), strong, weak, strict=False):
             if kind[row] is not None or not (is_strong or is_weak):
                 continue
             if not is_strong:

@@ -185,7 +185,7 @@ class GradingPool:
             else:
                 todo.append(a)
         if todo:
-            for a, r in zip(todo, self._run("parse_gold", todo)):
+            for a, r in zip(todo, self._run("parse_gold", todo), strict=False):
                 self._gold_memo[a] = r
         self.stats["memo_hits"] += len(answers) - len(todo)
         return [self._gold_memo[a] for a in answers]

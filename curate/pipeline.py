@@ -51,7 +51,7 @@ def _records(cols: dict, n: int, source: str, origin: str) -> tuple[pa.Table, li
     if "answer" in cols:
         cols["answer_type"] = answer_types(cols["answer"])
     null_problem = pc.is_null(problems).to_pylist()
-    reject = [r or ("ingest_missing_problem" if np_ else None) for r, np_ in zip(reject, null_problem)]
+    reject = [r or ("ingest_missing_problem" if np_ else None) for r, np_ in zip(reject, null_problem, strict=False)]
     n_repaired = int(pc.sum(repaired.cast(pa.int64())).as_py() or 0)
     return conform({k: v for k, v in cols.items() if k in SCHEMA.names}, n), reject, detail, n_repaired
 
@@ -101,7 +101,7 @@ def ingest(
             kept = table.filter(pc.invert(bad))
             rej = table.filter(bad)
             rej_reasons = [r for r in reject if r is not None]
-            rej_detail = [d for r, d in zip(reject, detail) if r is not None]
+            rej_detail = [d for r, d in zip(reject, detail, strict=False) if r is not None]
             run.emit(kept, reject_table(rej, "ingest", rej_reasons, rej_detail) if rej.num_rows else None)
 
     return run_stage("ingest", out, inputs, config, body, force=force)
@@ -116,8 +116,9 @@ def _kept_dirs(dirs: list[Path]) -> list[Path]:
     return [stage_dir(Path(d)) for d in dirs]
 
 
-def filter_stage(inputs: list[Path], out: Path, cfg: FilterConfig = FilterConfig(), force: bool = False) -> dict:
+def filter_stage(inputs: list[Path], out: Path, cfg: FilterConfig | None = None, force: bool = False) -> dict:
     """Heuristic filters, then the gold gate (math-verify must parse the gold answer)."""
+    cfg = cfg or FilterConfig()
     from curate.grading import GRADER_VERSION, GradingPool
 
     def body(run: StageRun) -> None:
@@ -147,7 +148,7 @@ def _gold_gate(t: pa.Table, reason: pa.Array, pool) -> tuple[pa.Table, pa.Array]
     parseable = [None] * t.num_rows
     reasons = reason.to_pylist()
     answers = t["answer"].to_pylist()
-    for i, r in zip(todo, pool.parse_gold([answers[i] for i in todo])):
+    for i, r in zip(todo, pool.parse_gold([answers[i] for i in todo]), strict=False):
         parseable[i] = r.ok
         if r.ok is None:
             reasons[i] = "answer_parse_timeout" if r.reason == "timeout" else "answer_parse_crash"
@@ -179,7 +180,7 @@ def decontam_stage(inputs: list[Path], out: Path, cfg: DecontamConfig, force: bo
                 t = t.set_column(t.schema.get_field_index("contam_id"), "contam_id", pa.array(bid, pa.string()))
                 rej = t.filter(hit)
                 reasons = [f"contaminated_{k}" for k in kind if k is not None]
-                details = [f"{b}:{i}" for b, i, k in zip(bench, bid, kind) if k is not None]
+                details = [f"{b}:{i}" for b, i, k in zip(bench, bid, kind, strict=False) if k is not None]
                 for b in rej["contam_benchmark"].to_pylist():
                     by_bench[b] = by_bench.get(b, 0) + 1
                 run.emit(t.filter(pc.invert(hit)), reject_table(rej, "decontam", reasons, details) if rej.num_rows else None)
@@ -189,8 +190,9 @@ def decontam_stage(inputs: list[Path], out: Path, cfg: DecontamConfig, force: bo
 
 
 # ----------------------------------------------------------------------------------------------- dedup
-def dedup_stage(inputs: list[Path], out: Path, cfg: DedupConfig = DedupConfig(), force: bool = False) -> dict:
+def dedup_stage(inputs: list[Path], out: Path, cfg: DedupConfig | None = None, force: bool = False) -> dict:
     """Exact + near dedup across all input shards; one representative per cluster by source priority."""
+    cfg = cfg or DedupConfig()
 
     def body(run: StageRun) -> None:
         dirs = _kept_dirs(inputs)

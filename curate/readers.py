@@ -65,7 +65,7 @@ def _stringify(table: pa.Table, row0: int) -> pa.Table:
     cols, names = [], []
     n = table.num_rows
     nonscalar: list[list[str]] = [[] for _ in range(n)]
-    for name, col in zip(table.column_names, table.columns):
+    for name, col in zip(table.column_names, table.columns, strict=False):
         t = col.type
         if pa.types.is_null(t):
             arr = pa.nulls(n, pa.string())
@@ -227,7 +227,7 @@ def _csv_slow(path: Path) -> Iterator[pa.Table]:
         if len(fields) != len(names):
             bad = f"malformed_csv:{len(fields)}_fields_expected_{len(names)}"
         row = {}
-        for k, v in zip(names, fields):
+        for k, v in zip(names, fields, strict=False):
             try:
                 v.encode("utf-8")
             except UnicodeEncodeError:
@@ -264,7 +264,8 @@ def _hub(spec: str) -> Iterator[pa.Table]:
     try:
         ds = datasets.load_dataset(name, config, split=split, streaming=True)
     except Exception as e:  # noqa: BLE001 - datasets raises many types; all mean "cannot load"
-        raise SourceError(f"{spec}: cannot load from the hub ({type(e).__name__}: {str(e).splitlines()[0][:200]})")
+        first = (str(e).splitlines() or [""])[0][:200]
+        raise SourceError(f"{spec}: cannot load from the hub ({type(e).__name__}: {first})") from e
     row0 = 0
     for batch in ds.iter(batch_size=BATCH_ROWS):
         t = pa.table({k: pa.array(v) for k, v in batch.items()})

@@ -93,7 +93,7 @@ def _numina_15(t: pa.Table) -> Cols:
         "subject": _col(t, "problem_type"),
         "declared_valid": [
             None if (p is None and s is None) else (p != "No" and s != "No" and p != "false" and s != "false")
-            for p, s in zip(_col(t, "problem_is_valid"), _col(t, "solution_is_valid"))
+            for p, s in zip(_col(t, "problem_is_valid"), _col(t, "solution_is_valid"), strict=False)
         ],
         "source_detail": _col(t, "source"),
     }
@@ -340,12 +340,12 @@ def apply_adapter(adapter: Adapter, t: pa.Table) -> Cols:
         elif nonscalar[i] and any(x.split(":")[0] == adapter.problem_col for x in nonscalar[i].split(",")):
             rejects[i] = rejects[i] or "ingest_problem_not_string"
     cols["_reject"] = rejects
-    cols["_reject_detail"] = [b or ns for b, ns in zip(bad, nonscalar)]
+    cols["_reject_detail"] = [b or ns for b, ns in zip(bad, nonscalar, strict=False)]
     if cols.get("source_id") is None:
         cols["source_id"] = [str(r) for r in _col(t, "_row")]
     else:
         rows = _col(t, "_row")
-        cols["source_id"] = [s if s else str(r) for s, r in zip(cols["source_id"], rows)]
+        cols["source_id"] = [s if s else str(r) for s, r in zip(cols["source_id"], rows, strict=False)]
     if "answer" in cols:
         ans = pa.array(cols["answer"], pa.string())
         # clean only what needs it (boxes, $, trailing dots, \text{..}); plain answers pass untouched

@@ -36,7 +36,7 @@ def _arith(rng: np.random.Generator, d: int) -> tuple[str, str, str]:
         return f"Compute ${a} \\times {b}$.", str(a * b), "multiplication"
     ops = rng.choice(["+", "-"], size=terms - 1)
     expr, val = str(xs[0]), xs[0]
-    for op, x in zip(ops, xs[1:]):
+    for op, x in zip(ops, xs[1:], strict=False):
         expr += f" {op} {x}"
         val = val + x if op == "+" else val - x
     return f"What is ${expr}$?", str(val), "arithmetic"

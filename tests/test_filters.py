@@ -8,7 +8,8 @@ from curate.filters import STEP_NAMES, FilterConfig, apply_filters
 from curate.schema import Record, records_to_table
 
 
-def _reason(problem, answer="5", qtype=None, cfg=FilterConfig(), valid=None):
+def _reason(problem, answer="5", qtype=None, cfg=None, valid=None):
+    cfg = cfg or FilterConfig()
     t = records_to_table([Record(id="0" * 16, source="t", source_id="0", origin="m", problem=problem, answer=answer,
                                  question_type=qtype, declared_valid=valid)])
     t, reason = apply_filters(t, cfg)

@@ -25,7 +25,7 @@ def test_demo_every_handwritten_item_gets_its_reason(tmp_path):
         assert reason.startswith(expect), (hid, expect, reason)
     # conservation through the chain: what one stage keeps is what the next reads
     ms = [read_manifest(tmp_path / d) for d in ("1_ingest/00_synthetic", "2_filter", "3_decontam", "4_dedup")]
-    for a, b in zip(ms, ms[1:]):
+    for a, b in zip(ms, ms[1:], strict=False):
         assert a["rows_kept"] == b["rows_in"]
     assert ms[0]["rows_in"] == 300 + len(HANDWRITTEN) == s["rows_in"]
     assert s["rows_final"] == ms[-1]["rows_kept"]
