@@ -1,0 +1,168 @@
+"""Curation throughput and memory: each stage's rows/s next to a bare pyarrow read+write of the same rows.
+
+    python benchmarks/curate.py                 # real files (../shared/data) + 1M synthetic rows
+    python benchmarks/curate.py --rows 200000   # a smaller synthetic input
+    python benchmarks/curate.py --real-only
+
+For every stage the floor is measured in the same run: read the stage's input shards with pyarrow and
+write the same rows, same schema, zstd, to a new file (no Python per row). "x floor" is the stage's
+wall time divided by that floor's; the target for the CPU stages is <= 5x (the math-verify gold gate
+is reported apart: it parses answers in worker processes). Each stage runs in its own process so
+"peak MB" (max RSS) is that stage's own peak.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+REAL = Path(os.environ.get("GRADUS_REAL_DATA", ROOT.parent / "shared" / "data"))
+REAL_FILES = [
+    "math_hendrycks/test/test.jsonl",
+    "deepscaler/train/math.json",
+    "orz/orz_math_72k_collection_extended.prefix.json",
+    "omni_math_rule/omni_math_rule.jsonl",
+    "deepmath_roll/math_deepmath_deal.jsonl",
+]
+
+
+def run_one(stage: str, src: str, out: str) -> dict:
+    """Run one stage in this process (called in a child process) and report time and peak RSS."""
+    from curate.decontam import DecontamConfig
+    from curate.filters import FilterConfig
+    from curate.pipeline import decontam_stage, dedup_stage, filter_stage, ingest
+
+    t0 = time.perf_counter()
+    if stage == "ingest":
+        m = ingest(src, Path(out), force=True)
+    elif stage in ("filter", "filter_no_gate"):
+        m = filter_stage([Path(src)], Path(out), FilterConfig(gold_gate=stage == "filter"), force=True)
+    elif stage == "decontam":
+        bench = tuple(b for b in ("aime24", "math500", "amc23") if (REAL / "math500").exists())
+        m = decontam_stage([Path(src)], Path(out), DecontamConfig(benchmarks=bench or ("demo=" + str(
+            ROOT / "curate/data/demo_benchmark.jsonl"),)), force=True)
+    elif stage == "dedup":
+        m = dedup_stage([Path(src)], Path(out), force=True)
+    else:
+        raise ValueError(stage)
+    secs = time.perf_counter() - t0
+    return {"seconds": secs, "rows_in": m["rows_in"], "timings": m.get("timings", {}),
+            "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+def floor(src_dir: Path, work: Path) -> dict:
+    """Bare pyarrow: stream-read the shards and write the same rows (zstd, same schema)."""
+    import pyarrow.parquet as pq
+
+    from curate.shards import shard_paths
+
+    t0 = time.perf_counter()
+    out = work / "floor.parquet"
+    writer = None
+    rows = 0
+    for p in shard_paths(src_dir):
+        f = pq.ParquetFile(p)
+        for rb in f.iter_batches(batch_size=16384):
+            if writer is None:
+                writer = pq.ParquetWriter(out, rb.schema, compression="zstd")
+            writer.write_batch(rb, row_group_size=10_000)
+            rows += rb.num_rows
+    if writer:
+        writer.close()
+    secs = time.perf_counter() - t0
+    out.unlink(missing_ok=True)
+    return {"seconds": secs, "rows": rows}
+
+
+def child(stage: str, src: str, out: str) -> dict:
+    r = subprocess.run([sys.executable, __file__, "--one", stage, src, out], capture_output=True, text=True, cwd=ROOT)
+    if r.returncode != 0:
+        raise RuntimeError(f"{stage} failed:\n{r.stderr[-3000:]}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def bench_chain(label: str, source: str, work: Path) -> list[dict]:
+    rows = []
+    ing = work / "ingest"
+    r = child("ingest", source, str(ing))
+    rows.append({"input": label, "stage": "ingest", **r, "floor_s": None})
+    prev = ing
+    for stage, out in (("filter_no_gate", "filter_ng"), ("filter", "filter"), ("decontam", "decontam"), ("dedup", "dedup")):
+        src = prev if stage != "decontam" else work / "filter"
+        if stage == "dedup":
+            src = work / "decontam"
+        fl = floor(src / "kept", work)
+        r = child(stage, str(src), str(work / out))
+        rows.append({"input": label, "stage": stage, **r, "floor_s": fl["seconds"]})
+        if stage == "filter":
+            prev = work / "filter"
+    # ingest's floor: read+write of what it produced (the record rows), the cheapest possible re-encode
+    rows[0]["floor_s"] = floor(ing / "kept", work)["seconds"]
+    return rows
+
+
+def make_synthetic(n: int, path: Path) -> None:
+    """n rows of the synthetic generator plus the hand-written items, as a Parquet source file."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from curate.synthetic import generate
+
+    cols: dict[str, list] = {k: [] for k in ("id", "problem", "answer", "subject", "level", "difficulty", "question_type")}
+    writer = None
+    for i, row in enumerate(generate(n, seed=7), 1):
+        for k in cols:
+            cols[k].append(row[k])
+        if i % 200_000 == 0 or i == n:
+            t = pa.table(cols)
+            writer = writer or pq.ParquetWriter(path, t.schema, compression="zstd")
+            writer.write_table(t)
+            cols = {k: [] for k in cols}
+    writer.close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--real-only", action="store_true")
+    ap.add_argument("--one", nargs=3, metavar=("STAGE", "SRC", "OUT"), help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.one:
+        print(json.dumps(run_one(*a.one)))
+        return
+    results = []
+    work_root = Path(tempfile.mkdtemp(prefix="gradus-bench-"))
+    try:
+        if REAL.is_dir():
+            for rel in REAL_FILES:
+                w = work_root / rel.replace("/", "_")
+                results += bench_chain(rel.split("/")[0], str(REAL / rel), w)
+        if not a.real_only:
+            src = work_root / "synthetic.parquet"
+            t0 = time.perf_counter()
+            make_synthetic(a.rows, src)
+            print(f"generated {a.rows} synthetic rows in {time.perf_counter() - t0:.1f}s", flush=True)
+            results += bench_chain(f"synthetic {a.rows // 1000}k", str(src), work_root / "syn")
+    finally:
+        shutil.rmtree(work_root, ignore_errors=True)
+    print(f"\n| input | stage | rows in | seconds | rows/s | floor rows/s | x floor | peak MB |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    for r in results:
+        fl = r["floor_s"] or float("nan")
+        print(f"| {r['input']} | {r['stage']} | {r['rows_in']} | {r['seconds']:.2f} | {r['rows_in'] / r['seconds']:,.0f} | "
+              f"{r['rows_in'] / fl:,.0f} | {r['seconds'] / fl:.1f} | {r['peak_mb']:.0f} |")
+
+
+if __name__ == "__main__":
+    main()
