@@ -97,16 +97,16 @@ def bench_chain(label: str, source: str, work: Path) -> list[dict]:
     ing = work / "ingest"
     r = child("ingest", source, str(ing))
     rows.append({"input": label, "stage": "ingest", **r, "floor_s": None})
-    prev = ing
-    for stage, out in (("filter_no_gate", "filter_ng"), ("filter", "filter"), ("decontam", "decontam"), ("dedup", "dedup")):
-        src = prev if stage != "decontam" else work / "filter"
-        if stage == "dedup":
-            src = work / "decontam"
+    chain = [  # (stage, input folder, output folder)
+        ("filter_no_gate", ing, work / "filter_ng"),
+        ("filter", ing, work / "filter"),
+        ("decontam", work / "filter", work / "decontam"),
+        ("dedup", work / "decontam", work / "dedup"),
+    ]
+    for stage, src, out in chain:
         fl = floor(src / "kept", work)
-        r = child(stage, str(src), str(work / out))
+        r = child(stage, str(src), str(out))
         rows.append({"input": label, "stage": stage, **r, "floor_s": fl["seconds"]})
-        if stage == "filter":
-            prev = work / "filter"
     # ingest's floor: read+write of what it produced (the record rows), the cheapest possible re-encode
     rows[0]["floor_s"] = floor(ing / "kept", work)["seconds"]
     return rows
@@ -156,7 +156,7 @@ def main() -> None:
             results += bench_chain(f"synthetic {a.rows // 1000}k", str(src), work_root / "syn")
     finally:
         shutil.rmtree(work_root, ignore_errors=True)
-    print(f"\n| input | stage | rows in | seconds | rows/s | floor rows/s | x floor | peak MB |")
+    print("\n| input | stage | rows in | seconds | rows/s | floor rows/s | x floor | peak MB |")
     print("|---|---|---:|---:|---:|---:|---:|---:|")
     for r in results:
         fl = r["floor_s"] or float("nan")

@@ -88,7 +88,7 @@ class BenchmarkIndex:
     @classmethod
     def build(cls, specs: tuple[str, ...], ngram: int, drop_shared: bool = True) -> BenchmarkIndex:
         idx = cls(ngram=ngram)
-        all_h, all_o, sizes = [], [], []
+        all_h, all_o = [], []
         for spec in specs:
             name, where = resolve_benchmark(spec)
             for raw in read_source(where):
@@ -105,7 +105,6 @@ class BenchmarkIndex:
                 pairs = np.unique(np.stack([h, r.astype(np.uint64)]), axis=1) if len(h) else np.zeros((2, 0), np.uint64)
                 all_h.append(pairs[0])
                 all_o.append(pairs[1].astype(np.int64) + base)
-                sizes.append(np.bincount(pairs[1].astype(np.int64), minlength=len(problems)))
         if all_h:
             h, o = np.concatenate(all_h), np.concatenate(all_o)
             order = np.lexsort((o, h))
@@ -116,7 +115,7 @@ class BenchmarkIndex:
                 keep = np.isin(h, uniq[counts == 1])
                 h, o = h[keep], o[keep]
             idx.hashes, idx.owner = h, o
-            idx.sizes = np.bincount(o, minlength=len(idx.ids)) if drop_shared else np.concatenate(sizes)
+            idx.sizes = np.bincount(o, minlength=len(idx.ids))  # distinct indexed n-grams per item
         return idx
 
     def match(self, problems: pa.Array | pa.ChunkedArray, cfg: DecontamConfig) -> tuple[list, list, list]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import re
+import time
 from dataclasses import dataclass
 from importlib.metadata import version
 from multiprocessing.connection import Connection
@@ -137,7 +138,6 @@ class GradingPool:
         results: list[list[ParseResult] | None] = [None] * len(chunks)
         pending = list(range(len(chunks)))
         busy: dict[int, tuple[int, float]] = {}  # worker index -> (chunk index, deadline)
-        import time
 
         while pending or busy:
             for wi in range(self.n):

@@ -78,9 +78,7 @@ def ingest(
             _ingest_batches(run, read_source(spec, fmt))
         except FastPathFailed as e:
             log.warning("%s: arrow reader failed (%s); reading line by line", spec, str(e)[:120])
-            run.kept.abort(), run.rejected.abort()
-            fresh = StageRun(run.name, run.out, run.kept.rows_per_shard)
-            run.__dict__.update(fresh.__dict__)
+            run.reset()
             run.extra["read_path"] = "python"
             _ingest_batches(run, read_source(spec, fmt, slow=True))
 

@@ -78,7 +78,6 @@ REJECT_FIELDS = [
 # Rejected rows keep whatever the source gave, so every record column is nullable there.
 REJECT_SCHEMA = pa.schema([f.with_nullable(True) for f in SCHEMA] + REJECT_FIELDS, metadata=SCHEMA.metadata)
 COLUMN_DOCS = {n: doc for n, _, _, doc in _FIELDS}
-STRING_COLUMNS = ("id", "source", "source_id", "origin", "problem", "answer", "solution")
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,11 +127,6 @@ def records_to_table(records: list[Record], schema: pa.Schema = SCHEMA) -> pa.Ta
     """Build a table of ``schema`` from dataclass rows (used by tests and small sources)."""
     cols = {f.name: [getattr(r, f.name) for r in records] for f in dataclasses.fields(Record)}
     return pa.table(cols, schema=schema)
-
-
-def empty_columns(n: int, names: list[str], schema: pa.Schema = SCHEMA) -> dict[str, pa.Array]:
-    """Null arrays of the right type for columns a stage has not filled yet."""
-    return {name: pa.nulls(n, schema.field(name).type) for name in names}
 
 
 def conform(columns: dict[str, pa.Array | list], n: int, schema: pa.Schema = SCHEMA) -> pa.Table:

@@ -80,6 +80,14 @@ class StageRun:
         self.timings: Counter[str] = Counter()
         self.extra: dict = {}
 
+    def reset(self) -> None:
+        """Discard everything written so far (shards included) and start the counters again."""
+        self.kept.abort()
+        self.rejected.abort()
+        for sub in ("kept", "rejected"):
+            shutil.rmtree(self.out / sub, ignore_errors=True)
+        self.__init__(self.name, self.out, self.kept.rows_per_shard)
+
     @contextmanager
     def timed(self, key: str):
         t0 = time.perf_counter()

@@ -97,3 +97,18 @@ def test_run_stage_failure_writes_no_manifest(tmp_path):
         run_stage("t", tmp_path, {}, {}, body)
     assert not (tmp_path / "manifest.json").exists()
     assert not list((tmp_path / "kept").glob("*.tmp"))
+
+
+def test_stage_reset_discards_closed_shards(tmp_path):
+    # the ingest fallback restarts a stage after the fast reader failed part way: shards it already
+    # closed must not survive next to the new ones, and counters start again
+    from curate.stage import StageRun
+
+    run = StageRun("t", tmp_path, rows_per_shard=2)
+    run.emit(records_to_table(_recs(5)))  # closes 2 shards, 1 row pending in a .tmp
+    assert len(shard_paths(tmp_path / "kept")) == 2
+    run.reset()
+    assert shard_paths(tmp_path / "kept") == [] and run.rows_in == 0 and run.kept.rows == 0
+    run.emit(records_to_table(_recs(1)))
+    run.kept.close()
+    assert count_rows(tmp_path / "kept") == 1
