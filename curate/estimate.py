@@ -1,0 +1,560 @@
+"""Difficulty estimation: k high-temperature samples per problem, graded by math-verify, pass rate stored.
+
+The recipe is Kimi k1.5's (Sec. 2.3.1 of the report): sample ten answers per problem at a relatively high
+temperature and use the pass rate as the difficulty (lower = harder). This module drives a sampler
+(``curate.engines``) and the grading pool (``curate.grading``) over curated shards:
+
+- the engine runs in the main thread and is kept full (``Sampler.stream``); each finished problem goes to a
+  grader thread that grades it in worker processes and writes shards, so grading overlaps generation;
+- input rows are cut into fixed chunks of ``chunk_rows``; chunk ``c`` becomes ``kept/part_{c:06d}.parquet``
+  (written last, tmp then rename), plus ``rejected/`` and, with ``keep_responses``, ``responses/`` shards.
+  A kept part on disk is a finished chunk: a killed run, started again, skips those and redoes the rest;
+  no row is duplicated or lost (the manifest's conservation check counts them);
+- a response cut off by ``max_tokens`` before any boxed (or ``<answer>``) answer is ``no_answer`` without
+  grading: math-verify's fallback would otherwise read the last number of unfinished text as the answer;
+- each sample's seed derives from (seed, problem id, sample index), so a resumed run draws what an
+  uninterrupted one would (vLLM), whatever the batching;
+- a persistent difficulty store keyed by (problem id, model + revision, template, sampling parameters,
+  grader) lets later runs copy scores instead of sampling again.
+
+    gradus estimate runs/demo/4_dedup --out runs/demo/5_difficulty --backend vllm --k 10 --temperature 1.0
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import queue
+import shutil
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from curate import templates
+from curate.engines import Completion, GenRequest, Sampler, SamplingConfig, make_sampler
+from curate.errors import GradusError
+from curate.grading import GRADER_VERSION, OUTCOMES, GradingPool, extract_prediction
+from curate.schema import SCHEMA, SCHEMA_VERSION, conform
+from curate.shards import MANIFEST, file_sha256, read_manifest, shard_paths, stage_dir, write_json_atomic
+from curate.stage import code_version, config_hash, reject_table
+
+log = logging.getLogger(__name__)
+STAGE = "estimate"
+RESPONSE_SCHEMA = pa.schema([
+    pa.field("id", pa.string(), nullable=False),
+    pa.field("sample", pa.int32(), nullable=False),
+    pa.field("text", pa.string(), nullable=False),
+    pa.field("response_tokens", pa.int32(), nullable=False),
+    pa.field("finish_reason", pa.string(), nullable=False),
+    pa.field("outcome", pa.string(), nullable=False),
+])
+DIFFICULTY_COLUMNS = ["model", "model_revision", "backend", "template", "k", "temperature", "top_p", "max_tokens", "seed",
+                      "n_correct", "n_graded", "pass_rate", "correct", "pass_rate_low", "pass_rate_high", "outcomes",
+                      "response_tokens", "truncated", "prompt_tokens", "grader_version"]
+
+
+class EstimateError(GradusError):
+    pass
+
+
+def wilson(n_correct: int, n: int, z: float = 1.959964) -> tuple[float, float]:
+    """Wilson score interval for a binomial proportion (95% by default); (0, 1) when n = 0."""
+    if n <= 0:
+        return 0.0, 1.0
+    p = n_correct / n
+    denom = 1 + z * z / n
+    center = (p + z * z / (2 * n)) / denom
+    half = z / denom * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    lo = 0.0 if n_correct == 0 else max(0.0, center - half)  # exact at the ends (no 0.9999999999999999)
+    hi = 1.0 if n_correct == n else min(1.0, center + half)
+    return lo, hi
+
+
+@dataclass
+class EstimateConfig:
+    model: str | None = None  # None: the bundled SmolLM2 (converted once)
+    backend: str = "vllm"
+    template: str = "chat"
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    chunk_rows: int = 64
+    keep_responses: bool = False
+    base_url: str | None = None  # openai backend
+    grader_workers: int | None = None
+    grader_timeout_s: int = 5
+    store: str | None = "default"  # a folder, "default" (under the gradus cache) or None (no store)
+    model_revision: str | None = None  # hub revision, when the model is not a local folder
+    limit: int | None = None  # score only the first N input rows (a sample; the manifest says so)
+
+    def __post_init__(self):
+        templates.check(self.template)
+        if self.chunk_rows < 1:
+            raise ValueError("chunk_rows must be >= 1")
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d["sampling"] = self.sampling.as_dict()
+        return d
+
+
+def param_key(model: str, revision: str, template: str, s: SamplingConfig, grader: str = GRADER_VERSION) -> str:
+    """What makes two difficulty estimates interchangeable (the backend is recorded, not keyed)."""
+    d = {"model": model, "revision": revision, "template": template, "k": s.k, "temperature": s.temperature,
+         "top_p": s.top_p, "max_tokens": s.max_tokens, "seed": s.seed, "grader": grader}
+    return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
+
+
+class DifficultyStore:
+    """Append-only Parquet segments per parameter key: ``ROOT/{param_key}/seg_*.parquet`` (id + difficulty)."""
+
+    def __init__(self, root: Path, key: str):
+        self.dir = Path(root) / key
+        self.key = key
+        self._rows: dict[str, dict] | None = None
+
+    def load(self) -> dict[str, dict]:
+        if self._rows is None:
+            self._rows = {}
+            for p in shard_paths(self.dir):
+                for row in pq.read_table(p).to_pylist():
+                    self._rows[row["id"]] = row
+        return self._rows
+
+    def append(self, table: pa.Table) -> None:
+        if not table.num_rows:
+            return
+        self.dir.mkdir(parents=True, exist_ok=True)
+        t = table.select(["id", *DIFFICULTY_COLUMNS])
+        path = self.dir / f"seg_{time.time_ns()}_{uuid.uuid4().hex[:8]}.parquet"
+        tmp = path.with_name(path.name + ".tmp")
+        pq.write_table(t, tmp, compression="zstd")
+        tmp.replace(path)
+        if self._rows is not None:
+            for row in t.to_pylist():
+                self._rows[row["id"]] = row
+
+
+def _input_fingerprint(folders: list[Path]) -> str:
+    parts = []
+    for f in folders:
+        m = read_manifest(f.parent if f.name == "kept" else f)
+        if m is not None and "kept_shards" in m:
+            parts.append([s["sha256"] for s in m["kept_shards"]])
+        else:
+            parts.append([file_sha256(p) for p in shard_paths(f)])
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
+
+
+def _chunks(folders: list[Path], size: int, limit: int | None = None) -> Iterator[pa.Table]:
+    """Input rows in order (the first ``limit`` only, if set), cut into tables of exactly ``size`` rows."""
+    buf: list[pa.Table] = []
+    n = 0
+    left = limit if limit is not None else float("inf")
+    for folder in folders:
+        for p in shard_paths(folder):
+            for rb in pq.ParquetFile(p).iter_batches(batch_size=size):
+                if left <= 0:
+                    break
+                t = pa.Table.from_batches([rb])
+                if t.num_rows > left:
+                    t = t.slice(0, int(left))
+                left -= t.num_rows
+                buf.append(t)
+                n += t.num_rows
+                while n >= size:
+                    whole = pa.concat_tables(buf, promote_options="permissive") if len(buf) > 1 else buf[0]
+                    yield whole.slice(0, size)
+                    rest = whole.slice(size)
+                    buf, n = ([rest] if rest.num_rows else []), rest.num_rows
+    if n:
+        yield pa.concat_tables(buf, promote_options="permissive") if len(buf) > 1 else buf[0]
+
+
+def _write_atomic(table: pa.Table, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    pq.write_table(table, tmp, compression="zstd")
+    tmp.replace(path)
+
+
+@dataclass
+class _Chunk:
+    index: int
+    table: pa.Table  # the input rows of this chunk
+    todo: set[int]  # row positions still waiting for samples or grades
+    rejected: dict[int, tuple[str, str]]  # position -> (reason, detail)
+    prompt_tokens: dict[int, int | None]
+    scored: dict[int, dict] = field(default_factory=dict)  # position -> difficulty columns
+    responses: list[dict] = field(default_factory=list)
+    from_store: set[int] = field(default_factory=set)
+
+
+class _Histogram:
+    """Running pass-count histogram for the progress bar."""
+
+    def __init__(self, k: int):
+        self.k = k
+        self.counts = Counter()
+
+    def add(self, n_correct: int) -> None:
+        self.counts[n_correct] += 1
+
+    def text(self) -> str:
+        return " ".join(f"{i}:{self.counts.get(i, 0)}" for i in range(self.k + 1))
+
+
+class Estimator:
+    """One estimation run into ``out``; see the module docstring for the layout and guarantees."""
+
+    def __init__(self, inputs: list[Path], out: Path, cfg: EstimateConfig, sampler: Sampler | None = None,
+                 progress: bool = True):
+        self.inputs = [stage_dir(Path(p)) for p in inputs]
+        self.out = Path(out)
+        self.cfg = cfg
+        self._sampler = sampler
+        self.progress = progress
+        self.stats: Counter = Counter()
+
+    # ---- setup -------------------------------------------------------------------------------------
+    def _identity(self) -> tuple[str, dict]:
+        run_cfg = self.cfg.as_dict()
+        run_cfg.pop("grader_workers")
+        run_cfg.pop("store")
+        return _input_fingerprint(self.inputs), run_cfg
+
+    def run(self, force: bool = False) -> dict:
+        input_hash, run_cfg = self._identity()
+        chash = config_hash(run_cfg)
+        old = read_manifest(self.out)
+        if old and not force and old.get("input_hash") == input_hash and old.get("config_hash") == chash:
+            return {**old, "skipped": True}
+        marker = self.out / "run.json"
+        if marker.exists() and not force:
+            prev = json.loads(marker.read_text())
+            if prev.get("input_hash") != input_hash or prev.get("config_hash") != chash:
+                raise EstimateError(
+                    f"{self.out} holds a run with other inputs or settings (config {prev.get('config_hash')}, "
+                    f"now {chash}); use a new --out, or --force to start it again"
+                )
+        if force or not marker.exists():
+            for sub in ("kept", "rejected", "responses"):
+                shutil.rmtree(self.out / sub, ignore_errors=True)
+            (self.out / MANIFEST).unlink(missing_ok=True)
+        self.out.mkdir(parents=True, exist_ok=True)
+        for tmp in self.out.glob("*/*.tmp"):
+            tmp.unlink()
+        write_json_atomic(marker, {"input_hash": input_hash, "config_hash": chash, "config": run_cfg})
+
+        done = {int(p.stem.split("_")[1]) for p in shard_paths(self.out / "kept")}
+        t0 = time.perf_counter()
+        resumed = len(done)
+        self._generate(done)
+        return self._finish(input_hash, chash, run_cfg, time.perf_counter() - t0, resumed)
+
+    # ---- the run -------------------------------------------------------------------------------------
+    def _generate(self, done: set[int]) -> None:
+        cfg, s = self.cfg, self.cfg.sampling
+        all_chunks = list(_chunks(self.inputs, cfg.chunk_rows, cfg.limit))
+        todo_chunks = [(i, t) for i, t in enumerate(all_chunks) if i not in done]
+        self.stats["chunks_total"] = len(all_chunks)
+        self.stats["chunks_done_before"] = len(done)
+        if not todo_chunks:
+            return
+        sampler = self._sampler or make_sampler(cfg.backend, cfg.model, s, base_url=cfg.base_url)
+        self.sampler = sampler
+        self.model_name = sampler.model_name
+        self.revision = cfg.model_revision or _revision(sampler)
+        self.pkey = param_key(self.model_name, self.revision, cfg.template, s)
+        store = None
+        if cfg.store:
+            from curate.models import cache_root
+
+            root = cache_root() / "difficulty_store" if cfg.store == "default" else Path(cfg.store)
+            store = DifficultyStore(root, self.pkey)
+            store.load()
+        self.store = store
+
+        q: queue.Queue = queue.Queue(maxsize=4096)
+        errors: list[BaseException] = []
+        n_rows = sum(t.num_rows for _, t in todo_chunks)
+        bar = _progress_bar(n_rows, self.progress)
+        hist = _Histogram(s.k)
+        grader = threading.Thread(target=self._grader_loop, args=(q, errors, bar, hist), name="gradus-grader", daemon=True)
+        grader.start()
+        self._t_gen = time.perf_counter()
+        try:
+            for rid, comps in sampler.stream(self._requests(todo_chunks, q, errors)):
+                if errors:
+                    break
+                c, i = (int(x) for x in rid.split(":", 2)[:2])
+                self.stats["samples"] += len(comps)
+                self.stats["tokens"] += sum(x.n_tokens for x in comps)
+                q.put(("gen", c, i, comps))
+        finally:
+            q.put(None)
+            grader.join()
+            if bar is not None:
+                bar.close()
+            if self._sampler is None:
+                sampler.close()
+        if errors:
+            raise errors[0]
+        self.stats["generate_seconds"] = round(time.perf_counter() - self._t_gen, 3)
+
+    def _requests(self, chunks: list[tuple[int, pa.Table]], q: queue.Queue, errors: list) -> Iterator[GenRequest]:
+        cfg, s = self.cfg, self.cfg.sampling
+        sampler = self.sampler
+        stored = self.store.load() if self.store else {}
+        special = templates.adds_special_tokens(cfg.template)
+        for c, table in chunks:
+            if errors:
+                return
+            ids = table["id"].to_pylist()
+            problems = table["problem"].to_pylist()
+            answers = table["answer"].to_pylist() if "answer" in table.column_names else [None] * table.num_rows
+            reqs, rejected, ptoks, hits = [], {}, {}, {}
+            for i, (pid, prob, ans) in enumerate(zip(ids, problems, answers, strict=True)):
+                if ans is None or not str(ans).strip():
+                    rejected[i] = ("no_gold", "no gold answer to grade against")
+                    continue
+                if pid in stored:
+                    hits[i] = stored[pid]
+                    continue
+                msgs = templates.messages(cfg.template, prob)
+                if sampler.tokenizer is not None:
+                    req = sampler.prepare(f"{c}:{i}:{pid}", templates.render(cfg.template, prob, sampler.tokenizer), special,
+                                          msgs, seed_key=pid)
+                    ptoks[i] = len(req.prompt_ids)
+                    if ptoks[i] > s.max_prompt_tokens:
+                        rejected[i] = ("prompt_too_long", f"{ptoks[i]} prompt tokens > max_prompt_tokens {s.max_prompt_tokens}")
+                        continue
+                else:
+                    text = prob if cfg.template in ("chat", "qwen_math") else templates.render(cfg.template, prob)
+                    req = GenRequest(f"{c}:{i}:{pid}", text, None, msgs if cfg.template in ("chat", "qwen_math") else None,
+                                     seed_key=pid)
+                    ptoks[i] = None
+                reqs.append((i, req))
+            todo = {i for i, _ in reqs} | set(hits)
+            q.put(("chunk", _Chunk(c, table, todo, rejected, ptoks)))
+            for i, row in hits.items():
+                q.put(("stored", c, i, row))
+            self.stats["store_hits"] += len(hits)
+            for _, req in reqs:
+                yield req
+
+    def _grader_loop(self, q: queue.Queue, errors: list, bar, hist: _Histogram) -> None:
+        chunks: dict[int, _Chunk] = {}
+        try:
+            with GradingPool(self.cfg.grader_workers, timeout_s=self.cfg.grader_timeout_s) as pool:
+                self.pool = pool
+                finished = False
+                while not finished:
+                    items = [q.get()]
+                    while len(items) < 256:
+                        try:
+                            items.append(q.get_nowait())
+                        except queue.Empty:
+                            break
+                    if None in items:
+                        finished = True
+                        items = [x for x in items if x is not None]
+                    for item in items:  # registrations first: a chunk's rows may arrive in the same batch
+                        if item[0] == "chunk":
+                            chunks[item[1].index] = item[1]
+                    gens = [x for x in items if x[0] == "gen"]
+                    outcomes: list[str] = []
+                    if gens:
+                        golds, texts, slots = [], [], []
+                        for _, c, i, comps in gens:
+                            gold = chunks[c].table["answer"][i].as_py()
+                            for x in comps:
+                                if x.truncated and extract_prediction(x.text)[1] == "tail":
+                                    outcomes.append("no_answer")  # cut off before any final answer: nothing to grade
+                                else:
+                                    slots.append(len(outcomes))
+                                    outcomes.append("")
+                                    golds.append(gold)
+                                    texts.append(x.text)
+                        t0 = time.perf_counter()
+                        for slot, o in zip(slots, pool.grade(golds, texts), strict=True):
+                            outcomes[slot] = o
+                        self.stats["grade_seconds"] += time.perf_counter() - t0
+                    pos = 0
+                    for item in items:
+                        kind = item[0]
+                        if kind == "chunk":
+                            continue
+                        if kind == "stored":
+                            _, c, i, row = item
+                            chunks[c].scored[i] = {k: row[k] for k in DIFFICULTY_COLUMNS}
+                            chunks[c].from_store.add(i)
+                            chunks[c].todo.discard(i)
+                            hist.add(row["n_correct"] or 0)
+                            if bar is not None:
+                                bar.update(1)
+                        else:
+                            _, c, i, comps = item
+                            outs = outcomes[pos : pos + len(comps)]
+                            pos += len(comps)
+                            row = self._score(chunks[c], i, comps, outs)
+                            chunks[c].scored[i] = row
+                            chunks[c].todo.discard(i)
+                            hist.add(row["n_correct"])
+                            if bar is not None:
+                                bar.update(1)
+                                el = max(1e-9, time.perf_counter() - self._t_gen)
+                                bar.set_postfix_str(
+                                    f"{self.stats['samples'] / el:.0f} samples/s {self.stats['tokens'] / el:.0f} tok/s "
+                                    f"pass counts {hist.text()}", refresh=False)
+                    for cidx in sorted(k for k, ch in chunks.items() if not ch.todo):
+                        self._write_chunk(chunks.pop(cidx))
+                self.grading_stats = dict(pool.stats)
+        except BaseException as e:  # noqa: BLE001 - handed to the main thread, which re-raises it
+            errors.append(e)
+            while True:  # unblock the producer
+                try:
+                    q.get_nowait()
+                except queue.Empty:
+                    break
+
+    def _score(self, ch: _Chunk, i: int, comps: list[Completion], outs: list[str]) -> dict:
+        s = self.cfg.sampling
+        correct = [o == "correct" for o in outs]
+        n_graded = sum(o in ("correct", "wrong", "no_answer") for o in outs)
+        n_correct = sum(correct)
+        lo, hi = wilson(n_correct, n_graded)
+        if self.cfg.keep_responses:
+            pid = ch.table["id"][i].as_py()
+            ch.responses += [
+                {"id": pid, "sample": j, "text": x.text, "response_tokens": x.n_tokens, "finish_reason": x.finish_reason,
+                 "outcome": o}
+                for j, (x, o) in enumerate(zip(comps, outs, strict=True))
+            ]
+        for o in outs:
+            self.stats["outcome/" + o] += 1
+        return {
+            "model": self.model_name, "model_revision": self.revision, "backend": self.sampler.backend,
+            "template": self.cfg.template, "k": s.k, "temperature": s.temperature, "top_p": s.top_p,
+            "max_tokens": s.max_tokens, "seed": s.seed, "n_correct": n_correct, "n_graded": n_graded,
+            "pass_rate": n_correct / n_graded if n_graded else None, "correct": correct,
+            "pass_rate_low": lo if n_graded else None, "pass_rate_high": hi if n_graded else None,
+            "outcomes": outs, "response_tokens": [x.n_tokens for x in comps], "truncated": [x.truncated for x in comps],
+            "prompt_tokens": ch.prompt_tokens.get(i), "grader_version": GRADER_VERSION,
+        }
+
+    def _write_chunk(self, ch: _Chunk) -> None:
+        name = f"part_{ch.index:06d}.parquet"
+        keep = sorted(ch.scored)
+        rej = sorted(ch.rejected)
+        if ch.responses:
+            _write_atomic(pa.Table.from_pylist(ch.responses, schema=RESPONSE_SCHEMA), self.out / "responses" / name)
+        if rej:
+            t = ch.table.take(pa.array(rej, pa.int64()))
+            t = conform({n: t[n] for n in t.column_names if n in SCHEMA.names}, len(rej))
+            rt = reject_table(t, STAGE, [ch.rejected[i][0] for i in rej], [ch.rejected[i][1] for i in rej])
+            _write_atomic(rt, self.out / "rejected" / name)
+        t = ch.table.take(pa.array(keep, pa.int64()))
+        cols = {n: t[n] for n in t.column_names if n in SCHEMA.names}
+        for col in DIFFICULTY_COLUMNS:
+            cols[col] = pa.array([ch.scored[i][col] for i in keep], SCHEMA.field(col).type)
+        kept = conform(cols, len(keep))
+        _write_atomic(kept, self.out / "kept" / name)  # last: a kept part on disk marks the chunk finished
+        if self.store is not None:
+            fresh = [j for j, i in enumerate(keep) if i not in ch.from_store]
+            self.store.append(kept.take(pa.array(fresh, pa.int64())))
+
+    # ---- the manifest ---------------------------------------------------------------------------------
+    def _finish(self, input_hash: str, chash: str, run_cfg: dict, seconds: float, resumed: int) -> dict:
+        kept_paths, rej_paths = shard_paths(self.out / "kept"), shard_paths(self.out / "rejected")
+        rows_in = sum(pq.ParquetFile(p).metadata.num_rows for f in self.inputs for p in shard_paths(f))
+        if self.cfg.limit is not None:
+            rows_in = min(rows_in, self.cfg.limit)
+        kept = pa.concat_tables([pq.read_table(p, columns=["source", "n_correct", "n_graded", "outcomes", "truncated",
+                                                          "response_tokens", "k"]) for p in kept_paths]) if kept_paths else None
+        rej = pa.concat_tables([pq.read_table(p, columns=["source", "reject_reason"]) for p in rej_paths]) if rej_paths else None
+        n_kept = kept.num_rows if kept is not None else 0
+        n_rej = rej.num_rows if rej is not None else 0
+        if rows_in != n_kept + n_rej:
+            raise EstimateError(f"conservation broken: {rows_in} rows in, {n_kept} scored + {n_rej} rejected")
+        reasons = Counter(rej["reject_reason"].to_pylist()) if rej is not None else Counter()
+        hist: dict[str, int] = {}
+        outcomes: dict[str, int] = {}
+        by_source: dict[str, dict] = {}
+        trunc_rate = mean_tokens = None
+        if kept is not None and n_kept:
+            hist = {str(k): v for k, v in sorted(Counter(kept["n_correct"].to_pylist()).items())}
+            outcomes = dict(Counter(pc.list_flatten(kept["outcomes"]).to_pylist()))
+            tr = pc.list_flatten(kept["truncated"])
+            trunc_rate = round(pc.mean(tr.cast(pa.float64())).as_py(), 4) if len(tr) else None
+            rt = pc.list_flatten(kept["response_tokens"])
+            mean_tokens = round(pc.mean(rt).as_py(), 1) if len(rt) else None
+            for src, nc in zip(kept["source"].to_pylist(), kept["n_correct"].to_pylist(), strict=True):
+                d = by_source.setdefault(src, {"scored": 0, "pass_counts": Counter()})
+                d["scored"] += 1
+                d["pass_counts"][str(nc)] += 1
+        s = self.cfg.sampling
+        gen_s = self.stats.get("generate_seconds") or 0
+        manifest = {
+            "stage": STAGE, "schema_version": SCHEMA_VERSION, "code_version": code_version(),
+            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "inputs": [str(p) for p in self.inputs], "input_hash": input_hash,
+            "config": run_cfg, "config_hash": chash,
+            "model": getattr(self, "model_name", None), "model_revision": getattr(self, "revision", None),
+            "param_key": getattr(self, "pkey", None), "grader_version": GRADER_VERSION,
+            "rows_in": rows_in, "rows_kept": n_kept, "rows_rejected": n_rej,
+            "rejected_by_reason": dict(reasons.most_common()),
+            "pass_count_histogram": hist, "k": s.k, "sample_outcomes": outcomes,
+            "truncation_rate": trunc_rate, "mean_response_tokens": mean_tokens,
+            "by_source": {
+                k: {"scored": v["scored"], "pass_counts": dict(sorted(v["pass_counts"].items(), key=lambda kv: int(kv[0])))}
+                for k, v in sorted(by_source.items())
+            },
+            "this_run": {
+                "seconds": round(seconds, 3), "chunks_total": self.stats.get("chunks_total", 0),
+                "chunks_already_done": resumed, "store_hits": self.stats.get("store_hits", 0),
+                "samples": self.stats.get("samples", 0), "tokens": self.stats.get("tokens", 0),
+                "generate_seconds": gen_s, "grade_seconds": round(self.stats.get("grade_seconds", 0), 3),
+                "tokens_per_s": round(self.stats["tokens"] / gen_s, 1) if gen_s else None,
+                "grading": getattr(self, "grading_stats", {}),
+                "sampler": self.sampler.info() if hasattr(self, "sampler") else None,
+            },
+            "kept_shards": [
+                {"path": p.name, "rows": pq.ParquetFile(p).metadata.num_rows, "sha256": file_sha256(p)} for p in kept_paths
+            ],
+            "rejected_shards": [{"path": p.name, "rows": pq.ParquetFile(p).metadata.num_rows} for p in rej_paths],
+        }
+        write_json_atomic(self.out / MANIFEST, manifest)
+        return {**manifest, "skipped": False}
+
+
+def _revision(sampler: Sampler) -> str:
+    from curate.models import model_revision
+
+    return model_revision(sampler.model_path)
+
+
+def _progress_bar(total: int, enabled: bool):
+    if not enabled:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, unit="problem", desc="estimate", dynamic_ncols=True)
+
+
+def estimate(inputs: list[Path], out: Path, cfg: EstimateConfig, sampler: Sampler | None = None, force: bool = False,
+             progress: bool = True) -> dict:
+    """Score every row of ``inputs`` into ``out`` (resumable); returns the manifest."""
+    return Estimator(inputs, out, cfg, sampler, progress).run(force)
+
+
+__all__ = ["EstimateConfig", "DifficultyStore", "estimate", "wilson", "param_key", "OUTCOMES"]

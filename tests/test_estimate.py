@@ -1,0 +1,242 @@
+"""Difficulty estimation logic: Wilson bounds, parameter keys, seeds, templates, chunked resume, the store.
+
+A scripted sampler stands in for the engine here (pure logic: chunking, resume, conservation); the real
+engines run in tests/test_estimate_engines.py.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pyarrow.parquet as pq
+import pytest
+
+from curate import templates
+from curate.engines import Completion, GenRequest, Sampler, SamplingConfig, sample_seed
+from curate.estimate import EstimateConfig, EstimateError, estimate, param_key, wilson
+from curate.pipeline import ingest
+from curate.shards import read_table
+
+
+def test_wilson_hand_computed():
+    # z = 1.96: z^2 = 3.8415; for 5/10 the centre is 0.5 and the half width 1.4160 * sqrt(0.025 + 0.0096) = 0.2634
+    lo, hi = wilson(5, 10)
+    assert lo == pytest.approx(0.2366, abs=1e-4) and hi == pytest.approx(0.7634, abs=1e-4)
+    lo, hi = wilson(0, 10)  # centre = half = 0.19207 / 1.38415 = 0.13877
+    assert lo == 0.0 and hi == pytest.approx(0.2775, abs=1e-4)
+    lo, hi = wilson(10, 10)
+    assert hi == 1.0 and lo == pytest.approx(0.7225, abs=1e-4)
+    assert wilson(0, 0) == (0.0, 1.0)
+    # the interval always contains the point estimate and narrows with n
+    for n in (1, 4, 10, 64):
+        for c in range(n + 1):
+            lo, hi = wilson(c, n)
+            assert lo <= c / n <= hi
+    assert (wilson(32, 64)[1] - wilson(32, 64)[0]) < (wilson(5, 10)[1] - wilson(5, 10)[0])
+
+
+def test_param_key_changes_with_every_sampling_parameter():
+    base = SamplingConfig()
+    k0 = param_key("m", "r", "chat", base)
+    variants = [SamplingConfig(k=8), SamplingConfig(temperature=0.7), SamplingConfig(top_p=0.9),
+                SamplingConfig(max_tokens=512), SamplingConfig(seed=1)]
+    keys = {param_key("m", "r", "chat", v) for v in variants}
+    keys |= {param_key("m2", "r", "chat", base), param_key("m", "r2", "chat", base), param_key("m", "r", "r1", base),
+             param_key("m", "r", "chat", base, grader="other")}
+    assert k0 not in keys and len(keys) == 9
+    assert param_key("m", "r", "chat", SamplingConfig()) == k0
+
+
+def test_sample_seeds_are_stable_distinct_and_31_bit():
+    seeds = [sample_seed(0, "abc", j) for j in range(10)]
+    assert len(set(seeds)) == 10 and all(0 <= s < 2**31 for s in seeds)
+    assert seeds == [sample_seed(0, "abc", j) for j in range(10)]
+    assert sample_seed(1, "abc", 0) != seeds[0] and sample_seed(0, "abd", 0) != seeds[0]
+
+
+def test_bad_sampling_parameters_are_refused():
+    for kw in ({"k": 0}, {"temperature": -1}, {"top_p": 0}, {"max_tokens": 0}):
+        with pytest.raises(ValueError):
+            SamplingConfig(**kw)
+    with pytest.raises(ValueError, match="unknown template"):
+        EstimateConfig(template="alpaca")
+
+
+def test_templates():
+    p = "What is $2+3$?"
+    r1 = templates.render("r1", p)
+    assert r1.startswith("A conversation between User and Assistant.") and r1.endswith(f"User: {p}\nAssistant: <think>")
+    assert templates.render("qwen_math", p) == (
+        "<|im_start|>system\nPlease reason step by step, and put your final answer within \\boxed{}.<|im_end|>\n"
+        f"<|im_start|>user\n{p}<|im_end|>\n<|im_start|>assistant\n"
+    )
+    assert templates.render("none", p) == p
+    assert templates.messages("chat", p) == [{"role": "user", "content": p + "\n" + templates.BOXED_INSTRUCTION}]
+    with pytest.raises(templates.TemplateError, match="needs a tokenizer"):
+        templates.render("chat", p)
+
+
+class ScriptedSampler(Sampler):
+    """Answers from a script: problem id -> list of k response texts. ``fail_after`` simulates a crash."""
+
+    backend = "scripted"
+    model_name = "scripted-model"
+    model_path = "/nonexistent"
+
+    def __init__(self, cfg, script, fail_after=None, tokenizer=None):
+        super().__init__(cfg)
+        self.script, self.fail_after, self.tokenizer = script, fail_after, tokenizer
+        self.served: list[str] = []
+
+    def stream(self, requests):
+        for r in requests:
+            if self.fail_after is not None and len(self.served) >= self.fail_after:
+                raise KeyboardInterrupt("simulated kill")
+            self.served.append(r.key)
+            texts = self.script(r)
+            yield r.id, [Completion(t, len(t.split()), "length" if t.endswith("...") else "stop") for t in texts]
+
+
+def _script(k):
+    def answer(r: GenRequest):
+        # problem text carries the gold; sample j is right for j < (len(problem) % (k + 1))
+        n_right = len(r.prompt) % (k + 1)
+        return [f"so \\boxed{{{r.prompt.split('=')[-1].strip()}}}" if j < n_right else "I think \\boxed{-999}"
+                for j in range(k)]
+    return answer
+
+
+@pytest.fixture()
+def small_input(tmp_path):
+    src = tmp_path / "in.jsonl"
+    rows = [f'{{"problem": "Compute q{i} = {i * 7}", "answer": "{i * 7}"}}' for i in range(10)]
+    rows.append('{"problem": "no gold here", "answer": ""}')
+    src.write_text("\n".join(rows) + "\n")
+    ingest(str(src), tmp_path / "ing", adapter="generic")
+    return tmp_path / "ing"
+
+
+def _cfg(tmp_path, **kw):
+    s = SamplingConfig(k=4, temperature=1.0, max_tokens=32, seed=0)
+    return EstimateConfig(model="scripted", backend="vllm", template="none", sampling=s, chunk_rows=3,
+                          store=str(tmp_path / "store"), model_revision="rev1", **kw)
+
+
+def test_estimate_scores_every_row_and_rejects_rows_without_gold(tmp_path, small_input):
+    cfg = _cfg(tmp_path, keep_responses=True)
+    m = estimate([small_input], tmp_path / "est", cfg, sampler=ScriptedSampler(cfg.sampling, _script(4)), progress=False)
+    assert (m["rows_in"], m["rows_kept"], m["rows_rejected"]) == (11, 10, 1)
+    assert m["rejected_by_reason"] == {"no_gold": 1}
+    t = read_table(tmp_path / "est" / "kept").to_pylist()
+    for row in t:
+        want = len(row["problem"]) % 5  # the script's rule, k = 4
+        assert row["n_correct"] == want and row["n_graded"] == 4 and row["k"] == 4
+        assert row["correct"] == [j < want for j in range(4)]
+        assert row["outcomes"] == ["correct" if j < want else "wrong" for j in range(4)]
+        assert row["pass_rate"] == pytest.approx(want / 4)
+        lo, hi = wilson(want, 4)
+        assert row["pass_rate_low"] == pytest.approx(lo, abs=1e-6) and row["pass_rate_high"] == pytest.approx(hi, abs=1e-6)
+        ident = (row["model"], row["model_revision"], row["backend"], row["template"])
+        assert ident == ("scripted-model", "rev1", "scripted", "none")
+        assert (row["temperature"], row["max_tokens"], row["seed"]) == (1.0, 32, 0)
+        assert row["grader_version"].startswith("math-verify==")
+    hist = {}
+    for row in t:
+        hist[str(row["n_correct"])] = hist.get(str(row["n_correct"]), 0) + 1
+    assert m["pass_count_histogram"] == hist
+    resp = read_table(tmp_path / "est" / "responses")
+    assert resp.num_rows == 40 and set(resp["outcome"].to_pylist()) <= {"correct", "wrong"}
+    # the same run again is a no-op
+    again = estimate([small_input], tmp_path / "est", cfg, sampler=ScriptedSampler(cfg.sampling, _script(4)), progress=False)
+    assert again["skipped"]
+
+
+def test_killed_run_resumes_without_duplicates_or_losses(tmp_path, small_input):
+    cfg = _cfg(tmp_path)
+    cfg.store = None
+    full = estimate([small_input], tmp_path / "full", cfg, sampler=ScriptedSampler(cfg.sampling, _script(4)), progress=False)
+    first = ScriptedSampler(cfg.sampling, _script(4), fail_after=5)
+    with pytest.raises(KeyboardInterrupt):
+        estimate([small_input], tmp_path / "est", cfg, sampler=first, progress=False)
+    # 5 problems were sampled before the kill: chunk 0 (rows 0-2) was finished and written, chunk 1 was not
+    parts = sorted(p.name for p in (tmp_path / "est" / "kept").glob("*.parquet"))
+    assert parts == ["part_000000.parquet"] and not (tmp_path / "est" / "manifest.json").exists()
+    assert not list((tmp_path / "est").glob("*/*.tmp"))
+    second = ScriptedSampler(cfg.sampling, _script(4))
+    m = estimate([small_input], tmp_path / "est", cfg, sampler=second, progress=False)
+    assert m["this_run"]["chunks_already_done"] == 1
+    assert len(second.served) == 7  # rows 3..9; row 10 has no gold
+    a = read_table(tmp_path / "est" / "kept").sort_by("id")
+    b = read_table(tmp_path / "full" / "kept").sort_by("id")
+    assert a.num_rows == 10 and a["id"].to_pylist() == b["id"].to_pylist()
+    assert a["correct"].to_pylist() == b["correct"].to_pylist()
+    assert m["rows_in"] == m["rows_kept"] + m["rows_rejected"] == full["rows_in"]
+
+
+def test_other_settings_in_the_same_folder_are_refused(tmp_path, small_input):
+    cfg = _cfg(tmp_path)
+    first = ScriptedSampler(cfg.sampling, _script(4), fail_after=2)
+    with pytest.raises(KeyboardInterrupt):
+        estimate([small_input], tmp_path / "est", cfg, sampler=first, progress=False)
+    other = _cfg(tmp_path)
+    other.template = "r1"
+    with pytest.raises(EstimateError, match="other inputs or settings"):
+        estimate([small_input], tmp_path / "est", other, sampler=ScriptedSampler(other.sampling, _script(4)), progress=False)
+    m = estimate([small_input], tmp_path / "est", other, sampler=ScriptedSampler(other.sampling, _script(4)),
+                 force=True, progress=False)
+    assert m["rows_kept"] == 10
+
+
+def test_store_skips_problems_already_scored(tmp_path, small_input):
+    cfg = _cfg(tmp_path)
+    estimate([small_input], tmp_path / "a", cfg, sampler=ScriptedSampler(cfg.sampling, _script(4)), progress=False)
+    seg = list((tmp_path / "store").rglob("*.parquet"))
+    assert sum(pq.ParquetFile(p).metadata.num_rows for p in seg) == 10
+    again = ScriptedSampler(cfg.sampling, _script(4))
+    m = estimate([small_input], tmp_path / "b", cfg, sampler=again, progress=False)
+    assert again.served == [] and m["this_run"]["store_hits"] == 10
+    a, b = read_table(tmp_path / "a" / "kept").sort_by("id"), read_table(tmp_path / "b" / "kept").sort_by("id")
+    assert a.equals(b)
+    # nothing was appended twice
+    assert sum(pq.ParquetFile(p).metadata.num_rows for p in (tmp_path / "store").rglob("*.parquet")) == 10
+    # other sampling parameters miss the store
+    cfg2 = _cfg(tmp_path)
+    cfg2.sampling = SamplingConfig(k=4, temperature=0.7, max_tokens=32, seed=0)
+    fresh = ScriptedSampler(cfg2.sampling, _script(4))
+    estimate([small_input], tmp_path / "c", cfg2, sampler=fresh, progress=False)
+    assert len(fresh.served) == 10
+
+
+def test_truncated_response_without_answer_is_no_answer(tmp_path, small_input):
+    cfg = _cfg(tmp_path)
+    cfg.store = None
+
+    def script(r):  # a cut-off response whose last number equals the gold would fool math-verify's fallback
+        gold = r.prompt.split("=")[-1].strip()
+        return [f"we get {gold} ...", f"\\boxed{{{gold}}} and then ...", f"the answer is {gold}", "no idea"]
+
+    estimate([small_input], tmp_path / "est", cfg, sampler=ScriptedSampler(cfg.sampling, script), progress=False)
+    for row in read_table(tmp_path / "est" / "kept").to_pylist():
+        assert row["outcomes"] == ["no_answer", "correct", "correct", "no_answer"]
+        assert row["truncated"] == [True, True, False, False]
+        assert row["n_correct"] == 2 and row["n_graded"] == 4
+    assert math.isclose(read_table(tmp_path / "est" / "kept")["pass_rate"][0].as_py(), 0.5)
+
+
+def test_prompt_too_long_is_rejected_with_reason(tmp_path, small_input):
+    class WordTokenizer:
+        chat_template = None
+
+        def __call__(self, text, add_special_tokens=True):
+            return {"input_ids": list(range(len(text.split())))}
+
+    cfg = _cfg(tmp_path)
+    cfg.store = None
+    cfg.sampling = SamplingConfig(k=4, max_tokens=32, max_prompt_tokens=3)  # "Compute qN = M" is 4 words
+    sampler = ScriptedSampler(cfg.sampling, _script(4), tokenizer=WordTokenizer())
+    m = estimate([small_input], tmp_path / "est", cfg, sampler=sampler, progress=False)
+    assert m["rejected_by_reason"] == {"prompt_too_long": 10, "no_gold": 1} and m["rows_kept"] == 0
+    rej = read_table(tmp_path / "est" / "rejected").to_pylist()
+    assert all(r["reject_stage"] == "estimate" for r in rej)
+    details = [r["reject_detail"] for r in rej if r["reject_reason"] == "prompt_too_long"]
+    assert details[0] == "4 prompt tokens > max_prompt_tokens 3"
