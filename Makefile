@@ -29,7 +29,7 @@ test-all: $(STAMP)
 	$(PY) -m pytest -q -m ""
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check curate flows tests benchmarks
+	$(VENV)/bin/ruff check curate flows tests benchmarks rl_stage
 
 bench: $(STAMP)
 	$(PY) benchmarks/curate.py

@@ -79,6 +79,7 @@ class Completion:
     n_tokens: int
     finish_reason: str  # "stop" | "length" | other engine reasons
     logprobs: list[float] | None = field(default=None, repr=False)  # engine's per-token log-probs, when asked
+    token_ids: list[int] | None = field(default=None, repr=False)  # generated ids (vllm, hf), for training
 
     @property
     def truncated(self) -> bool:
@@ -136,7 +137,7 @@ class VLLMSampler(Sampler):
     backend = "vllm"
 
     def __init__(self, model_path: str, cfg: SamplingConfig, model_name: str | None = None, dtype: str | None = None,
-                 max_inflight: int = 64, gpu_memory_utilization: float = 0.85, enable_prefix_caching: bool = True,
+                 max_inflight: int | None = None, gpu_memory_utilization: float = 0.85, enable_prefix_caching: bool = True,
                  **engine_kwargs):
         super().__init__(cfg)
         cpu = _cpu_only()
@@ -152,7 +153,8 @@ class VLLMSampler(Sampler):
                 "(see README, 'Engines')"
             ) from e
         self.model_path, self.model_name = model_path, model_name or model_path
-        self.max_inflight = max_inflight
+        # problems in the engine at once: enough to keep it saturated, few enough that results flow early
+        self.max_inflight = max_inflight or (24 if cpu else 512)
         kwargs = dict(model=model_path, dtype=dtype or ("float32" if cpu else "bfloat16"), seed=cfg.seed,
                       max_model_len=cfg.max_prompt_tokens + cfg.max_tokens, enable_prefix_caching=enable_prefix_caching)
         if cpu:
@@ -171,19 +173,21 @@ class VLLMSampler(Sampler):
         self.tokenizer = self.llm.get_tokenizer()
         self._next = 0
 
-    def _params(self, seed: int, logprobs: bool):
+    def _params(self, cfg: SamplingConfig, seed: int, logprobs: bool):
         from vllm import SamplingParams
 
-        return SamplingParams(n=1, temperature=self.cfg.temperature, top_p=self.cfg.top_p, max_tokens=self.cfg.max_tokens,
+        return SamplingParams(n=1, temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens,
                               seed=seed, logprobs=0 if logprobs else None)
 
-    def stream(self, requests: Iterable[GenRequest], logprobs: bool = False) -> Iterator[tuple[str, list[Completion]]]:
+    def stream(self, requests: Iterable[GenRequest], logprobs: bool = False,
+               cfg: SamplingConfig | None = None) -> Iterator[tuple[str, list[Completion]]]:
         """Each problem becomes k single-sample engine requests with their own seeds, all in one queue."""
+        cfg = cfg or self.cfg
         it = iter(requests)
         groups: dict[str, list[Completion | None]] = {}
         engine_ids: dict[str, list[str]] = {}
         exhausted = False
-        k = self.cfg.k
+        k = cfg.k
         try:
             while True:
                 new, exhausted = _pull(it, self.max_inflight - len(groups), exhausted)
@@ -194,7 +198,7 @@ class VLLMSampler(Sampler):
                     prompt = {"prompt_token_ids": r.prompt_ids} if r.prompt_ids is not None else r.prompt
                     engine_ids[r.id] = [f"{r.id}\x1f{j}\x1f{self._next}" for j in range(k)]
                     for j, eid in enumerate(engine_ids[r.id]):
-                        self.engine.add_request(eid, prompt, self._params(sample_seed(self.cfg.seed, r.key, j), logprobs))
+                        self.engine.add_request(eid, prompt, self._params(cfg, sample_seed(cfg.seed, r.key, j), logprobs))
                     self._next += 1
                 if not groups:
                     return
@@ -206,7 +210,7 @@ class VLLMSampler(Sampler):
                     lp = None
                     if logprobs and c.logprobs is not None:
                         lp = [d[t].logprob for d, t in zip(c.logprobs, c.token_ids, strict=False)]
-                    groups[rid][int(j)] = Completion(c.text, len(c.token_ids), c.finish_reason or "stop", lp)
+                    groups[rid][int(j)] = Completion(c.text, len(c.token_ids), c.finish_reason or "stop", lp, list(c.token_ids))
                     if all(x is not None for x in groups[rid]):
                         engine_ids.pop(rid)
                         yield rid, groups.pop(rid)
@@ -252,8 +256,9 @@ class HFSampler(Sampler):
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.eos_ids = set(_as_list(self.model.generation_config.eos_token_id) or [self.tokenizer.eos_token_id])
 
-    def stream(self, requests: Iterable[GenRequest], logprobs: bool = False) -> Iterator[tuple[str, list[Completion]]]:
-        torch, cfg = self.torch, self.cfg
+    def stream(self, requests: Iterable[GenRequest], logprobs: bool = False,
+               cfg: SamplingConfig | None = None) -> Iterator[tuple[str, list[Completion]]]:
+        torch, cfg = self.torch, cfg or self.cfg
         for r in requests:
             ids = r.prompt_ids if r.prompt_ids is not None else self.tokenizer(r.prompt)["input_ids"]
             x = torch.tensor([ids], device=self.device)
@@ -273,7 +278,7 @@ class HFSampler(Sampler):
                 lp = None
                 if logprobs:
                     lp = [torch.log_softmax(out.scores[i][row_i].float(), -1)[row[i]].item() for i in range(n)]
-                comps.append(Completion(self.tokenizer.decode(row[:n], skip_special_tokens=True), n, finish, lp))
+                comps.append(Completion(self.tokenizer.decode(row[:n], skip_special_tokens=True), n, finish, lp, row[:n]))
             yield r.id, comps
 
 

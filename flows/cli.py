@@ -6,6 +6,7 @@
     gradus dedup DIR [DIR ...] --out DIR [--no-near]
     gradus curate CONFIG --out DIR          (all of the above, in order, from a JSON/TOML config)
     gradus estimate DIR --out DIR [--backend vllm|hf|openai] [--model M] [--k 10] [--temperature 1.0] ...
+    gradus export DIR --out DIR [--format parquet|jsonl|hf] [--total N] [--target uniform] [--curriculum]
     gradus model convert|path               (the bundled SmolLM2, converted once to safetensors)
     gradus demo [--out DIR]                 (the bundled sample through every stage)
     gradus show DIR                         (a stage output's counts and reasons)
@@ -106,6 +107,10 @@ def cmd_demo(a: argparse.Namespace) -> None:
     _print_summary(summary, out)
     if a.estimate_rows > 0:
         demo_estimate(Path(summary["final"]), out / "5_difficulty", a)
+        from curate.export import ExportConfig, export
+
+        m = export([out / "5_difficulty"], out / "6_export", ExportConfig(format="parquet", curriculum=True), force=a.force)
+        _print_export(m, out / "6_export")
 
 
 def demo_estimate(final: Path, out: Path, a: argparse.Namespace) -> dict:
@@ -154,6 +159,35 @@ def cmd_estimate(a: argparse.Namespace) -> None:
         print(f"  this run: {run['samples']} samples, {run['tokens']} tokens, {run['tokens_per_s']} tokens/s, "
               f"{run['store_hits']} from the store, {run['chunks_already_done']} chunks already done")
     print(f"  scored shards: {Path(a.out) / 'kept'}  stats: {Path(a.out) / 'manifest.json'}")
+
+
+def cmd_export(a: argparse.Namespace) -> None:
+    from curate.export import ExportConfig, export
+
+    cfg = ExportConfig(format=a.format, total=a.total, target=a.target, buckets=a.buckets, shortfall=a.shortfall,
+                       include_ends=a.include_ends, curriculum=a.curriculum, template=a.template, tokenizer=a.tokenizer,
+                       seed=a.seed, weight_floor=a.weight_floor, rows_per_shard=a.rows_per_shard)
+    m = export([Path(d) for d in a.inputs], Path(a.out), cfg, force=a.force)
+    _print_export(m, Path(a.out))
+
+
+def _print_export(m: dict, out: Path) -> None:
+    r = m["selection"]
+    state = "already complete (skipped)" if m.get("skipped") else "done"
+    print(f"export {state}: {m['rows']} rows as {m['format']} ({r['target']}), from {r['rows_in']} scored rows")
+    print("  bucket      available  asked  taken  short")
+    for b, v in r["by_bucket"].items():
+        print(f"  {b:<11} {v['available']:>9}  {v['asked']:>5}  {v['taken']:>5}  {v['short']:>5}")
+    if r["excluded"]:
+        print(f"  left out: {r['excluded']}" + (f"; eligible but not selected: {r['not_selected']}" if r["not_selected"] else ""))
+    if r["unfilled"]:
+        print(f"  asked for {r['rows_asked']} rows, {r['unfilled']} could not be filled (too few eligible rows)")
+    print(f"  achieved distribution: {r['achieved_distribution']}")
+    for p in m["parts"]:
+        if p["folder"] != ".":
+            print(f"  stage {p['stage']} ({p['bucket']}): {p['rows']} rows, "
+                  f"mean pass rate {p['pass_rate_mean']} -> {out / p['folder']}")
+    print(f"  export: {out}  report: {out / 'selection_report.json'}")
 
 
 def cmd_model(a: argparse.Namespace) -> None:
@@ -249,6 +283,25 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--no-progress", action="store_true")
     s.add_argument("--force", action="store_true", help="start again even if the folder holds a (partial) run")
     s.set_defaults(fn=cmd_estimate)
+
+    s = sub.add_parser("export", help="balanced / curriculum prompt sets from scored rows: parquet, jsonl or hf")
+    s.add_argument("inputs", nargs="+", help="estimate outputs (scored shards)")
+    s.add_argument("--out", required=True)
+    s.add_argument("--format", choices=["parquet", "jsonl", "hf"], default="parquet")
+    s.add_argument("--total", type=int, help="rows to select (default: every eligible row)")
+    s.add_argument("--target", default="uniform", help="uniform | band:0.1-0.9 | hard=0.5,medium=0.3,easy=0.2")
+    s.add_argument("--buckets", help="middle buckets by upper pass rate, e.g. hard=0.33,medium=0.66,easy=1")
+    s.add_argument("--shortfall", choices=["redistribute", "fail"], default="redistribute",
+                   help="when a bucket has fewer rows than its quota")
+    s.add_argument("--include-ends", action="store_true", help="allow never/always-solved rows (if the target names them)")
+    s.add_argument("--curriculum", action="store_true", help="one folder per stage, easy to hard")
+    s.add_argument("--template", choices=["chat", "qwen_math", "r1", "none"], default="chat")
+    s.add_argument("--tokenizer", help="model whose chat template renders the prompt text (template chat)")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--weight-floor", type=float, default=0.05, help="floor of the 1 - pass_rate resampling weight")
+    s.add_argument("--rows-per-shard", type=int, default=50_000)
+    s.add_argument("--force", action="store_true")
+    s.set_defaults(fn=cmd_export)
 
     s = sub.add_parser("model", help="the bundled default model: convert it once, or print its folder")
     s.add_argument("action", choices=["convert", "path"])

@@ -1,0 +1,241 @@
+"""Exports of balanced, difficulty-scored prompt sets: Parquet shards, JSON lines, Hugging Face ``datasets``.
+
+    gradus export runs/demo/5_difficulty --format parquet --out runs/demo/6_export --total 1000 --curriculum
+
+Every export row carries the prompt rendered by a named template (plain ``prompt`` text and chat
+``messages``), the gold answer, the difficulty (pass rate, counts, Wilson bounds, bucket), the curriculum
+stage and the resampling ``sample_weight``, so any trainer can use it as is. The folder is built under a
+temporary name and renamed into place: a reader never sees half an export. Rows come in a seeded order;
+the same inputs, settings and seed give the same rows in the same order (Parquet and JSONL files are
+byte-identical; ``datasets`` adds its own fingerprint to ``state.json``).
+
+Layout::
+
+    OUT/manifest.json            settings, selection report, files with row counts and sha256
+    OUT/selection_report.json    available / asked / taken per bucket, source and subject; exclusions
+    OUT/data/...                 without --curriculum: the whole selection
+    OUT/stage_1_easy/data/...    with --curriculum: one folder per stage, easy to hard, each with a manifest
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from curate import templates
+from curate.curriculum import BucketSpec, Selection, SelectionError, Target, curriculum_stages, select
+from curate.shards import ShardWriter, file_sha256, read_manifest, shard_paths, stage_dir, write_json_atomic
+from curate.stage import code_version, config_hash
+
+FORMATS = ("parquet", "jsonl", "hf")
+MESSAGE = pa.struct([pa.field("role", pa.string()), pa.field("content", pa.string())])
+EXPORT_SCHEMA = pa.schema([
+    pa.field("id", pa.string(), nullable=False),
+    pa.field("source", pa.string()),
+    pa.field("source_id", pa.string()),
+    pa.field("subject", pa.string()),
+    pa.field("level", pa.string()),
+    pa.field("problem", pa.string()),
+    pa.field("answer", pa.string()),
+    pa.field("prompt", pa.string()),
+    pa.field("messages", pa.list_(MESSAGE)),
+    pa.field("template", pa.string()),
+    pa.field("pass_rate", pa.float32()),
+    pa.field("pass_rate_low", pa.float32()),
+    pa.field("pass_rate_high", pa.float32()),
+    pa.field("n_correct", pa.int32()),
+    pa.field("n_graded", pa.int32()),
+    pa.field("k", pa.int32()),
+    pa.field("difficulty_model", pa.string()),
+    pa.field("bucket", pa.string()),
+    pa.field("stage", pa.int32()),
+    pa.field("sample_weight", pa.float32()),
+])
+INPUT_COLUMNS = ["id", "source", "source_id", "subject", "level", "problem", "answer", "pass_rate", "pass_rate_low",
+                 "pass_rate_high", "n_correct", "n_graded", "k", "model"]
+
+
+@dataclass
+class ExportConfig:
+    format: str = "parquet"
+    total: int | None = None  # None: every eligible row
+    target: str = "uniform"
+    buckets: str | None = None
+    shortfall: str = "redistribute"
+    include_ends: bool = False
+    curriculum: bool = False
+    template: str = "chat"
+    tokenizer: str | None = None  # model whose chat template renders ``prompt`` for template "chat"
+    seed: int = 0
+    weight_floor: float = 0.05
+    rows_per_shard: int = 50_000
+
+    def __post_init__(self):
+        if self.format not in FORMATS:
+            raise SelectionError(f"unknown export format {self.format!r}; choose one of: {', '.join(FORMATS)}")
+        templates.check(self.template)
+        if self.rows_per_shard < 1:
+            raise SelectionError("rows_per_shard must be >= 1")
+
+
+def load_scored(inputs: list[Path]) -> pa.Table:
+    """Scored rows of one or more ``estimate`` outputs (or shard folders), with the columns exports need."""
+    tables = []
+    for inp in inputs:
+        folder = stage_dir(Path(inp))
+        for p in shard_paths(folder):
+            names = pq.ParquetFile(p).schema_arrow.names
+            missing = [c for c in ("n_correct", "n_graded", "pass_rate") if c not in names]
+            if missing:
+                raise SelectionError(f"{p}: not difficulty-scored (missing {missing}); run `gradus estimate` first")
+            t = pq.read_table(p, columns=[c for c in INPUT_COLUMNS if c in names])
+            for c in INPUT_COLUMNS:
+                if c not in t.column_names:
+                    t = t.append_column(c, pa.nulls(t.num_rows, pa.string()))
+            tables.append(t.select(INPUT_COLUMNS))
+    if not tables:
+        raise SelectionError(f"no scored shards in {[str(p) for p in inputs]}")
+    t = pa.concat_tables(tables, promote_options="permissive")
+    if t.num_rows == 0:
+        raise SelectionError("the scored shards hold no rows")
+    return t
+
+
+def _render(table: pa.Table, cfg: ExportConfig, stage: list[int | None]) -> pa.Table:
+    tok = None
+    if cfg.template == "chat" and cfg.tokenizer:
+        from transformers import AutoTokenizer
+
+        from curate.models import resolve_model
+
+        tok = AutoTokenizer.from_pretrained(resolve_model(cfg.tokenizer)[0])
+    prompts, messages = [], []
+    for prob in table["problem"].to_pylist():
+        msgs = templates.messages(cfg.template, prob)
+        messages.append(msgs)
+        if cfg.template == "chat" and tok is None:
+            prompts.append(msgs[0]["content"])  # no tokenizer named: the user turn, for trainers that template it
+        else:
+            prompts.append(templates.render(cfg.template, prob, tok))
+    n = table.num_rows
+    cols = {
+        "id": table["id"], "source": table["source"], "source_id": table["source_id"], "subject": table["subject"],
+        "level": table["level"], "problem": table["problem"], "answer": table["answer"],
+        "prompt": pa.array(prompts, pa.string()), "messages": pa.array(messages, pa.list_(MESSAGE)),
+        "template": pa.array([cfg.template] * n, pa.string()),
+        "pass_rate": table["pass_rate"], "pass_rate_low": table["pass_rate_low"], "pass_rate_high": table["pass_rate_high"],
+        "n_correct": table["n_correct"], "n_graded": table["n_graded"], "k": table["k"],
+        "difficulty_model": table["model"], "bucket": table["bucket"], "stage": pa.array(stage, pa.int32()),
+        "sample_weight": table["sample_weight"],
+    }
+    return pa.Table.from_arrays([cols[f.name].cast(f.type) if cols[f.name].type != f.type else cols[f.name]
+                                 for f in EXPORT_SCHEMA], schema=EXPORT_SCHEMA)
+
+
+def _write(table: pa.Table, folder: Path, cfg: ExportConfig) -> list[dict]:
+    """Write one table in the chosen format under ``folder/data``; returns the files with rows and sha256."""
+    data = folder / "data"
+    data.mkdir(parents=True, exist_ok=True)
+    if cfg.format == "parquet":
+        w = ShardWriter(data, EXPORT_SCHEMA, cfg.rows_per_shard, prefix="part")
+        w.write(table)
+        return [{"path": f"data/{s['path']}", "rows": s["rows"], "sha256": s["sha256"]} for s in w.close()]
+    if cfg.format == "jsonl":
+        files = []
+        for i, start in enumerate(range(0, max(1, table.num_rows), cfg.rows_per_shard)):
+            part = table.slice(start, cfg.rows_per_shard)
+            path = data / f"part_{i:05d}.jsonl"
+            with open(path, "w", encoding="utf-8") as f:
+                for row in part.to_pylist():
+                    f.write(json.dumps(row, ensure_ascii=False) + "\n")
+            files.append({"path": f"data/{path.name}", "rows": part.num_rows, "sha256": file_sha256(path)})
+        return files
+    import datasets
+
+    ds = datasets.Dataset(table)
+    ds.save_to_disk(str(data), max_shard_size="500MB")
+    return [{"path": f"data/{p.name}", "sha256": file_sha256(p)} for p in sorted(data.iterdir()) if p.is_file()]
+
+
+def export(inputs: list[Path], out: Path, cfg: ExportConfig, force: bool = False) -> dict:
+    """Select, render and write; returns the manifest (``skipped`` when the same export is already there)."""
+    out = Path(out)
+    input_hash = config_hash({"inputs": [_fingerprint(Path(p)) for p in inputs]})
+    chash = config_hash(asdict(cfg))
+    old = read_manifest(out)
+    if old and not force and old.get("input_hash") == input_hash and old.get("config_hash") == chash:
+        return {**old, "skipped": True}
+    table = load_scored([Path(p) for p in inputs])
+    spec = BucketSpec.parse(cfg.buckets)
+    target = Target.parse(cfg.target, spec)
+    sel: Selection = select(table, cfg.total, target, spec, seed=cfg.seed, shortfall=cfg.shortfall,
+                            include_ends=cfg.include_ends, weight_floor=cfg.weight_floor)
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    parts = []
+    if cfg.curriculum:
+        for i, (name, t) in enumerate(curriculum_stages(sel, spec), start=1):
+            folder = tmp / f"stage_{i}_{name}"
+            files = _write(_render(t, cfg, [i] * t.num_rows), folder, cfg)
+            stage_m = {"stage": i, "bucket": name, "rows": t.num_rows, "files": files,
+                       "pass_rate_mean": _mean(t["pass_rate"]), "format": cfg.format}
+            write_json_atomic(folder / "manifest.json", stage_m)
+            parts.append({"folder": folder.name, **{k: stage_m[k] for k in ("stage", "bucket", "rows", "pass_rate_mean")}})
+    else:
+        files = _write(_render(sel.table, cfg, [None] * sel.table.num_rows), tmp, cfg)
+        parts.append({"folder": ".", "rows": sel.table.num_rows, "files": files})
+    write_json_atomic(tmp / "selection_report.json", sel.report)
+    manifest = {
+        "stage": "export", "code_version": code_version(), "inputs": [str(p) for p in inputs], "input_hash": input_hash,
+        "config": asdict(cfg), "config_hash": chash, "format": cfg.format, "rows": sel.table.num_rows,
+        "parts": parts, "selection": sel.report, "schema": [f"{f.name}: {f.type}" for f in EXPORT_SCHEMA],
+    }
+    write_json_atomic(tmp / "manifest.json", manifest)
+    old_dir = out.with_name(f".{out.name}.old-{os.getpid()}")
+    if out.exists():
+        os.replace(out, old_dir)
+    os.replace(tmp, out)
+    shutil.rmtree(old_dir, ignore_errors=True)
+    return {**manifest, "skipped": False}
+
+
+def _mean(col) -> float | None:
+    import pyarrow.compute as pc
+
+    v = pc.mean(col).as_py()
+    return None if v is None else round(v, 4)
+
+
+def _fingerprint(p: Path) -> str:
+    m = read_manifest(p if (p / "manifest.json").exists() else p.parent)
+    if m and "kept_shards" in m:
+        return json.dumps([s.get("sha256") for s in m["kept_shards"]])
+    return json.dumps([file_sha256(x) for x in shard_paths(stage_dir(p))])
+
+
+def read_export(out: Path) -> pa.Table:
+    """All rows of an export folder, in stage order then file order, for any of the three formats."""
+    m = read_manifest(Path(out))
+    if m is None:
+        raise FileNotFoundError(f"{out}: no manifest.json (not a finished export)")
+    tables = []
+    for part in m["parts"]:
+        data = Path(out) / part["folder"] / "data"
+        if m["format"] == "parquet":
+            tables += [pq.read_table(p) for p in shard_paths(data)]
+        elif m["format"] == "jsonl":
+            for p in sorted(data.glob("*.jsonl")):
+                rows = [json.loads(line) for line in p.read_text(encoding="utf-8").splitlines() if line]
+                tables.append(pa.Table.from_pylist(rows, schema=EXPORT_SCHEMA))
+        else:
+            import datasets
+
+            tables.append(datasets.load_from_disk(str(data)).data.table.cast(EXPORT_SCHEMA))
+    return pa.concat_tables(tables) if tables else EXPORT_SCHEMA.empty_table()
