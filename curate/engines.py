@@ -232,8 +232,9 @@ class HFSampler(Sampler):
     backend = "hf"
 
     def __init__(self, model_path: str, cfg: SamplingConfig, model_name: str | None = None, dtype: str | None = None,
-                 device: str | None = None, model=None, tokenizer=None):
+                 device: str | None = None, model=None, tokenizer=None, batch_prompts: int = 1):
         super().__init__(cfg)
+        self.batch_prompts = max(1, batch_prompts)
         try:
             import torch
             from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -258,20 +259,38 @@ class HFSampler(Sampler):
 
     def stream(self, requests: Iterable[GenRequest], logprobs: bool = False,
                cfg: SamplingConfig | None = None) -> Iterator[tuple[str, list[Completion]]]:
-        torch, cfg = self.torch, cfg or self.cfg
-        for r in requests:
-            ids = r.prompt_ids if r.prompt_ids is not None else self.tokenizer(r.prompt)["input_ids"]
-            x = torch.tensor([ids], device=self.device)
-            torch.manual_seed(sample_seed(cfg.seed, r.key, 0))
-            with torch.no_grad():
-                out = self.model.generate(
-                    x, attention_mask=torch.ones_like(x), do_sample=cfg.temperature > 0, temperature=cfg.temperature or None,
-                    top_p=cfg.top_p, top_k=0, max_new_tokens=cfg.max_tokens, num_return_sequences=cfg.k,
-                    pad_token_id=self.tokenizer.pad_token_id, return_dict_in_generate=True, output_scores=logprobs,
-                )
-            gen = out.sequences[:, x.shape[1]:].tolist()
+        """``batch_prompts`` problems per ``generate`` call (left-padded), seeded by the first one's key.
+
+        With the default of one problem per call a problem's samples do not depend on its neighbours;
+        larger batches are faster and repeat for the same batch composition (the GRPO trainer's case).
+        """
+        it = iter(requests)
+        while True:
+            batch, done = _pull(it, self.batch_prompts, False)
+            if batch:
+                yield from self._generate_batch(batch, logprobs, cfg or self.cfg)
+            if done or not batch:
+                return
+
+    def _generate_batch(self, reqs: list[GenRequest], logprobs: bool, cfg: SamplingConfig):
+        torch = self.torch
+        seqs = [r.prompt_ids if r.prompt_ids is not None else self.tokenizer(r.prompt)["input_ids"] for r in reqs]
+        width = max(len(s) for s in seqs)
+        pad = self.tokenizer.pad_token_id
+        x = torch.tensor([[pad] * (width - len(s)) + list(s) for s in seqs], device=self.device)
+        attn = torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s in seqs], device=self.device)
+        torch.manual_seed(sample_seed(cfg.seed, reqs[0].key, 0))
+        with torch.no_grad():
+            out = self.model.generate(
+                x, attention_mask=attn, do_sample=cfg.temperature > 0, temperature=cfg.temperature or None,
+                top_p=cfg.top_p, top_k=0, max_new_tokens=cfg.max_tokens, num_return_sequences=cfg.k,
+                pad_token_id=pad, return_dict_in_generate=True, output_scores=logprobs,
+            )
+        gen = out.sequences[:, width:].tolist()
+        for ri, r in enumerate(reqs):
             comps = []
-            for row_i, row in enumerate(gen):
+            for row_i in range(ri * cfg.k, (ri + 1) * cfg.k):
+                row = gen[row_i]
                 n = next((i + 1 for i, t in enumerate(row) if t in self.eos_ids), None)
                 finish = "stop" if n is not None else "length"
                 n = n if n is not None else len(row)

@@ -95,6 +95,7 @@ class EstimateConfig:
     store: str | None = "default"  # a folder, "default" (under the gradus cache) or None (no store)
     model_revision: str | None = None  # hub revision, when the model is not a local folder
     limit: int | None = None  # score only the first N input rows (a sample; the manifest says so)
+    concurrency: int = 8  # openai backend: requests in flight
 
     def __post_init__(self):
         templates.check(self.template)
@@ -230,6 +231,7 @@ class Estimator:
         run_cfg = self.cfg.as_dict()
         run_cfg.pop("grader_workers")
         run_cfg.pop("store")
+        run_cfg.pop("concurrency")
         return _input_fingerprint(self.inputs), run_cfg
 
     def run(self, force: bool = False) -> dict:
@@ -270,7 +272,8 @@ class Estimator:
         self.stats["chunks_done_before"] = len(done)
         if not todo_chunks:
             return
-        sampler = self._sampler or make_sampler(cfg.backend, cfg.model, s, base_url=cfg.base_url)
+        extra = {"concurrency": cfg.concurrency} if cfg.backend == "openai" else {}
+        sampler = self._sampler or make_sampler(cfg.backend, cfg.model, s, base_url=cfg.base_url, **extra)
         self.sampler = sampler
         self.model_name = sampler.model_name
         self.revision = cfg.model_revision or _revision(sampler)
@@ -414,7 +417,7 @@ class Estimator:
                                 bar.update(1)
                                 el = max(1e-9, time.perf_counter() - self._t_gen)
                                 bar.set_postfix_str(
-                                    f"{self.stats['samples'] / el:.0f} samples/s {self.stats['tokens'] / el:.0f} tok/s "
+                                    f"{self.stats['samples'] / el:.1f} samples/s {self.stats['tokens'] / el:.0f} tok/s "
                                     f"pass counts {hist.text()}", refresh=False)
                     for cidx in sorted(k for k, ch in chunks.items() if not ch.todo):
                         self._write_chunk(chunks.pop(cidx))

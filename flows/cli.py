@@ -7,6 +7,7 @@
     gradus curate CONFIG --out DIR          (all of the above, in order, from a JSON/TOML config)
     gradus estimate DIR --out DIR [--backend vllm|hf|openai] [--model M] [--k 10] [--temperature 1.0] ...
     gradus export DIR --out DIR [--format parquet|jsonl|hf] [--total N] [--target uniform] [--curriculum]
+    gradus train CONFIG [--resume]          (GRPO-family training on exported Parquet prompt sets)
     gradus model convert|path               (the bundled SmolLM2, converted once to safetensors)
     gradus demo [--out DIR]                 (the bundled sample through every stage)
     gradus show DIR                         (a stage output's counts and reasons)
@@ -142,7 +143,7 @@ def cmd_estimate(a: argparse.Namespace) -> None:
     cfg = EstimateConfig(
         model=a.model, backend=a.backend, template=a.template, chunk_rows=a.chunk_rows, keep_responses=a.keep_responses,
         base_url=a.base_url, grader_workers=a.grader_workers, grader_timeout_s=a.grader_timeout,
-        store=None if a.no_store else a.store, model_revision=a.revision, limit=a.limit,
+        store=None if a.no_store else a.store, model_revision=a.revision, limit=a.limit, concurrency=a.concurrency,
         sampling=SamplingConfig(k=a.k, temperature=a.temperature, top_p=a.top_p, max_tokens=a.max_tokens, seed=a.seed,
                                 max_prompt_tokens=a.max_prompt_tokens),
     )
@@ -188,6 +189,18 @@ def _print_export(m: dict, out: Path) -> None:
             print(f"  stage {p['stage']} ({p['bucket']}): {p['rows']} rows, "
                   f"mean pass rate {p['pass_rate_mean']} -> {out / p['folder']}")
     print(f"  export: {out}  report: {out / 'selection_report.json'}")
+
+
+def cmd_train(a: argparse.Namespace) -> None:
+    from rl_stage.trainer import TrainConfig, Trainer
+
+    cfg = TrainConfig.load(Path(a.config), out=a.out, steps=a.steps, rollout_backend=a.rollout_backend)
+    t = Trainer(cfg, resume=a.resume)
+    print(f"train: preset {cfg.preset} ({t.alg['cite']})")
+    ms = t.run(progress=not a.quiet)
+    n = sum(1 for m in ms if m.get("step", 0) > 0)
+    print(f"train: {n} steps this run, now at step {t.step}; metrics: {Path(cfg.out) / 'metrics.jsonl'}; "
+          f"checkpoints: {Path(cfg.out) / 'checkpoints'}")
 
 
 def cmd_model(a: argparse.Namespace) -> None:
@@ -266,6 +279,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--model", help="model folder or hub id (default: the bundled SmolLM2-135M-Instruct)")
     s.add_argument("--revision", help="hub revision to record when the model is not a local folder")
     s.add_argument("--base-url", help="OpenAI-compatible server, e.g. http://localhost:8000/v1 (backend openai)")
+    s.add_argument("--concurrency", type=int, default=8, help="backend openai: requests in flight")
     s.add_argument("--template", choices=["chat", "qwen_math", "r1", "none"], default="chat")
     s.add_argument("--k", type=int, default=10, help="samples per problem (Kimi k1.5: 10)")
     s.add_argument("--temperature", type=float, default=1.0)
@@ -302,6 +316,15 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--rows-per-shard", type=int, default=50_000)
     s.add_argument("--force", action="store_true")
     s.set_defaults(fn=cmd_export)
+
+    s = sub.add_parser("train", help="GRPO / Dr. GRPO / DAPO / RLOO on exported prompt sets (rl_stage)")
+    s.add_argument("config", help="JSON or TOML with rl_stage.trainer.TrainConfig fields (data, preset, steps, ...)")
+    s.add_argument("--resume", action="store_true", help="continue from the newest complete checkpoint")
+    s.add_argument("--out", help="override the config's out folder")
+    s.add_argument("--steps", type=int, help="override the config's steps")
+    s.add_argument("--rollout-backend", choices=["vllm", "hf"])
+    s.add_argument("--quiet", action="store_true")
+    s.set_defaults(fn=cmd_train)
 
     s = sub.add_parser("model", help="the bundled default model: convert it once, or print its folder")
     s.add_argument("action", choices=["convert", "path"])

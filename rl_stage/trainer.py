@@ -228,7 +228,8 @@ class Trainer:
         if self.cfg.rollout_backend == "vllm":
             self.engine = VLLMSampler(path, self.scfg, model_name=self.model_name, dtype="bfloat16" if self.bf16 else None)
         else:
-            self.engine = HFSampler(path, self.scfg, model_name=self.model_name, model=self.model, tokenizer=self.tokenizer)
+            self.engine = HFSampler(path, self.scfg, model_name=self.model_name, model=self.model, tokenizer=self.tokenizer,
+                                    batch_prompts=self.cfg.prompts_per_step)
 
     def _push(self) -> float:
         if self.cfg.rollout_backend != "vllm":
@@ -296,17 +297,29 @@ class Trainer:
 
     # ---- the step ----------------------------------------------------------------------------------
     def _logps(self, model, input_ids, attn, comp_mask, want_entropy=False):
+        """Per-token log-probs [B, L-1] of the next tokens, computed on completion positions only.
+
+        The vocabulary projection and softmax (49k wide for SmolLM2) run only where ``comp_mask`` is set:
+        the prompt positions need no log-probs. Models that post-process logits (soft-capping) take the
+        full path.
+        """
         torch = self.torch
-        with torch.autocast(self.device, dtype=torch.bfloat16, enabled=self.bf16):
-            logits = model(input_ids=input_ids, attention_mask=attn).logits[:, :-1].float()
         tgt = input_ids[:, 1:]
-        logp = torch.log_softmax(logits, -1).gather(-1, tgt[..., None]).squeeze(-1)
+        sel = comp_mask > 0
+        with torch.autocast(self.device, dtype=torch.bfloat16, enabled=self.bf16):
+            if getattr(model.config, "final_logit_softcapping", None):
+                logits = model(input_ids=input_ids, attention_mask=attn).logits[:, :-1][sel].float()
+            else:
+                hidden = model.base_model(input_ids=input_ids, attention_mask=attn).last_hidden_state[:, :-1]
+                logits = model.get_output_embeddings()(hidden[sel]).float()
+        logp_all = torch.log_softmax(logits, -1)
+        picked = logp_all.gather(-1, tgt[sel][:, None]).squeeze(-1)
+        logp = torch.zeros(tgt.shape, dtype=picked.dtype, device=picked.device).masked_scatter(sel, picked)
         ent = None
         if want_entropy:
             with torch.no_grad():
-                from rl_stage.algorithms import entropy_from_logits
-
-                ent = entropy_from_logits(logits)
+                e = -(logp_all.exp() * logp_all).sum(-1)
+                ent = torch.zeros(tgt.shape, dtype=e.dtype, device=e.device).masked_scatter(sel, e)
         return logp, ent
 
     def _batch(self, seqs):
@@ -376,29 +389,40 @@ class Trainer:
         mb = cfg.micro_batch_size
         tt = time.perf_counter()
         self.model.train()
-        # old (rollout-time) log-probs from the trainer, and the reference's
+        # old (rollout-time) log-probs from the trainer, needed only for several updates per batch (with one,
+        # the ratio is 1 and the first pass's detached log-probs serve); the reference's when KL is on
+        old, ref, mismatch = [None] * len(range(0, n_seqs, mb)), [], []
+
+        def track_mismatch(s, lp):
+            for i, e in enumerate(eng_lp[s : s + mb]):
+                if e:
+                    p0 = len(seqs[s + i][0]) - 1
+                    t = lp[i, p0 : p0 + len(e)].detach().cpu()
+                    mismatch.append(float((t - torch.tensor(e)).abs().mean()))
+
         with torch.no_grad():
-            old, ref, mismatch = [], [], []
-            for s in range(0, n_seqs, mb):
+            for bi, s in enumerate(range(0, n_seqs, mb)):
+                if cfg.num_iterations == 1 and self.ref is None:
+                    break
                 ids, attn, cm = self._batch(seqs[s : s + mb])
-                lp, _ = self._logps(self.model, ids, attn, cm)
-                old.append(lp)
+                if cfg.num_iterations > 1:
+                    old[bi], _ = self._logps(self.model, ids, attn, cm)
+                    track_mismatch(s, old[bi])
                 if self.ref is not None:
                     ref.append(self._logps(self.ref, ids, attn, cm)[0])
-                for i, e in enumerate(eng_lp[s : s + mb]):
-                    if e:
-                        p0 = len(seqs[s + i][0]) - 1
-                        t = lp[i, p0 : p0 + len(e)].cpu()
-                        mismatch.append(float((t - torch.tensor(e)).abs().mean()))
         stats = {"loss": 0.0, "clip_low": 0.0, "clip_high": 0.0, "kl": 0.0, "entropy": 0.0, "tokens": 0.0}
         skipped = None
         grad_norm = None
-        for _ in range(cfg.num_iterations):
+        for it in range(cfg.num_iterations):
             self.opt.zero_grad(set_to_none=True)
             loss_total = 0.0
             for bi, s in enumerate(range(0, n_seqs, mb)):
                 ids, attn, cm = self._batch(seqs[s : s + mb])
                 lp, ent = self._logps(self.model, ids, attn, cm, want_entropy=True)
+                if old[bi] is None:  # one update per batch: the policy that sampled is this one
+                    old[bi] = lp.detach()
+                    if it == 0:
+                        track_mismatch(s, old[bi])
                 a = torch.tensor(seq_adv[s : s + mb], device=self.device)
                 pl, info = clipped_policy_loss(lp, old[bi], a, alg["eps_low"], alg["eps_high"], alg["dual_clip"])
                 tok_loss = pl

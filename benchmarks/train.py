@@ -1,0 +1,154 @@
+"""Seconds per GRPO step and generated tokens/s: this trainer vs TRL's GRPOTrainer, same model, data, batch.
+
+Both sides: the bundled SmolLM2-135M-Instruct in fp32 on CPU, the same easy-sum prompts in the model's chat
+template, P prompts x G completions per step, the same completion budget, temperature 1.0, lr 1e-6, no KL,
+token-mean loss (TRL ``loss_type="dapo"``; ours the ``dapo`` preset with dynamic sampling and overlong
+shaping off so both do the same work), one optimizer step per batch, math-verify rewards. TRL generates
+with transformers ``generate`` (``use_vllm=False``: TRL does not support this vLLM version); ours is run
+with transformers rollouts (like for like) and with in-process vLLM rollouts (its default). Each trainer
+runs in its own process; the first step (warm-up) is left out of the medians.
+
+    python benchmarks/train.py --steps 6 --prompts 4 --group 4 --max-tokens 64
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def make_data(d: Path, n: int = 32) -> Path:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from curate.export import ExportConfig, export
+
+    rows = []
+    for i in range(n):
+        a, b = i + 2, 3 * i + 1
+        rows.append({"id": f"p{i:03d}", "source": "synthetic", "source_id": str(i), "subject": "arith", "level": "1",
+                     "problem": f"What is ${a} + {b}$?", "answer": str(a + b), "n_correct": 5, "n_graded": 10, "k": 10,
+                     "pass_rate": 0.5, "pass_rate_low": 0.0, "pass_rate_high": 1.0, "model": "m"})
+    (d / "scored" / "kept").mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist(rows), d / "scored" / "kept" / "part_000000.parquet")
+    export([d / "scored"], d / "export", ExportConfig(format="parquet"))
+    return d / "export"
+
+
+def run_ours(a, data: Path, out: Path, backend: str) -> dict:
+    from rl_stage.trainer import TrainConfig, Trainer
+
+    cfg = TrainConfig(data=[str(data)], out=str(out), preset="dapo", dynamic_sampling=False, overlong_shaping=False,
+                      rollout_backend=backend, prompts_per_step=a.prompts, group_size=a.group, max_tokens=a.max_tokens,
+                      steps=a.steps, save_every=10**6, lr=1e-6, micro_batch_size=a.prompts * a.group, prioritized=False,
+                      seed=0)
+    t0 = time.perf_counter()
+    ms = Trainer(cfg).run(progress=False)
+    total = time.perf_counter() - t0
+    steps = [m for m in ms if m.get("step", 0) > 0][1:]
+    return {"trainer": f"gradus ({backend} rollouts)", "s_per_step": round(statistics.median(m["time/step_s"] for m in steps), 2),
+            "tokens_per_s": round(sum(m["tokens_generated"] for m in steps) / sum(m["time/step_s"] for m in steps), 1),
+            "gen_s": round(statistics.median(m["time/generate_s"] for m in steps), 2),
+            "train_s": round(statistics.median(m["time/train_s"] for m in steps), 2),
+            "wall_s_incl_setup": round(total, 1)}
+
+
+def run_trl(a, data: Path, out: Path) -> dict:
+    import datasets
+    from math_verify import parse, verify
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from curate.export import read_export
+    from curate.models import resolve_model
+    from curate.templates import BOXED_INSTRUCTION
+
+    rows = read_export(data).to_pylist()
+    ds = datasets.Dataset.from_list([{"prompt": [{"role": "user", "content": f"{r['problem']}\n{BOXED_INSTRUCTION}"}],
+                                      "answer": r["answer"]} for r in rows])
+    path, _ = resolve_model(None)
+    tok = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path)
+    def accuracy(prompts, completions, answer, **kw):
+        out = []
+        for c, g in zip(completions, answer, strict=True):
+            text = c[0]["content"] if isinstance(c, list) else c
+            try:
+                out.append(float(verify(parse(f"${g}$"), parse(text))))
+            except Exception:  # noqa: BLE001 - TRL users' usual in-process grading
+                out.append(0.0)
+        return out
+
+    marks = []
+
+    class Clock(TrainerCallback):
+        def on_step_end(self, args, state, control, **kw):
+            marks.append((time.perf_counter(), state.global_step))
+
+    cfg = GRPOConfig(output_dir=str(out), per_device_train_batch_size=a.prompts * a.group, num_generations=a.group,
+                     max_completion_length=a.max_tokens, temperature=1.0, learning_rate=1e-6, beta=0.0, loss_type="dapo",
+                     max_steps=a.steps, logging_steps=1, save_strategy="no", report_to="none", use_cpu=True, bf16=False,
+                     seed=0, gradient_accumulation_steps=1, use_vllm=False)
+    t0 = time.perf_counter()
+    trainer = GRPOTrainer(model=model, reward_funcs=[accuracy], args=cfg, train_dataset=ds, processing_class=tok,
+                          callbacks=[Clock()])
+    start = time.perf_counter()
+    trainer.train()
+    total = time.perf_counter() - t0
+    times = [start] + [t for t, _ in marks]
+    per = [times[i + 1] - times[i] for i in range(len(marks))][1:]
+    # generated tokens per step from TRL's own log (mean completion length x completions per step)
+    lens = [h["completions/mean_length"] for h in trainer.state.log_history if "completions/mean_length" in h]
+    tk = [ln * a.prompts * a.group for ln in lens][1:]
+    return {"trainer": "TRL GRPOTrainer (transformers generate)", "s_per_step": round(statistics.median(per), 2),
+            "tokens_per_s": round(sum(tk) / sum(per), 1), "wall_s_incl_setup": round(total, 1)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--prompts", type=int, default=4)
+    ap.add_argument("--group", type=int, default=4)
+    ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--only", choices=["ours-hf", "ours-vllm", "trl"])
+    ap.add_argument("--data")
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    if a.only:
+        data = Path(a.data)
+        out = Path(tempfile.mkdtemp(prefix="gradus-train-bench-"))
+        res = run_trl(a, data, out) if a.only == "trl" else run_ours(a, data, out / "run", a.only.split("-")[1])
+        print("RESULT " + json.dumps(res), flush=True)
+        return
+    tmp = Path(tempfile.mkdtemp(prefix="gradus-train-bench-"))
+    data = make_data(tmp)
+    results = []
+    for which in ("trl", "ours-hf", "ours-vllm"):
+        cmd = [sys.executable, __file__, "--only", which, "--data", str(data), "--steps", str(a.steps), "--prompts",
+               str(a.prompts), "--group", str(a.group), "--max-tokens", str(a.max_tokens)]
+        p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+        line = [x for x in p.stdout.splitlines() if x.startswith("RESULT ")]
+        if not line:
+            print(p.stdout[-3000:], p.stderr[-3000:], file=sys.stderr)
+            raise SystemExit(f"{which} failed")
+        results.append(json.loads(line[-1][7:]))
+    base = results[0]["s_per_step"]
+    for r in results:
+        r["speedup_vs_trl"] = round(base / r["s_per_step"], 2)
+    fig = {"steps": a.steps, "prompts_per_step": a.prompts, "group": a.group, "max_tokens": a.max_tokens, "results": results}
+    print(json.dumps(fig, indent=2))
+    if a.json:
+        Path(a.json).write_text(json.dumps(fig, indent=2))
+
+
+if __name__ == "__main__":
+    main()
