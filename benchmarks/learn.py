@@ -1,7 +1,7 @@
 """A learning run on CPU with the real SmolLM2: held-out accuracy before and after, per preset, across seeds.
 
-Data: easy generated sums and differences (``synthetic:kinds=arith,difficulty=1``), 256 training prompts
-and 32 held-out ones, scored offline as "unknown" difficulty (one curriculum stage). Each (preset, seed)
+Data: easy generated sums and differences (``synthetic:kinds=arith,difficulty=1``): of 600 generated, the
+distinct problems, 32 held out and the rest for training, all in one curriculum stage. Each (preset, seed)
 run trains ``--steps`` steps with vLLM rollouts and evaluates greedy pass@1 and mean@4 on the held-out
 prompts before the first and after the last step. Prints per-run figures and mean +- std across seeds.
 
@@ -30,14 +30,18 @@ def make_sets(d: Path) -> tuple[Path, Path]:
     from curate.pipeline import ingest
     from curate.shards import read_table
 
-    ingest("synthetic:n=288,seed=21,difficulty=1-1,kinds=arith,extras=0", d / "ing")
+    ingest("synthetic:n=600,seed=21,difficulty=1-1,kinds=arith,extras=0", d / "ing")
     t = read_table(d / "ing" / "kept")
+    first = {}
+    for i, pid in enumerate(t["id"].to_pylist()):
+        first.setdefault(pid, i)  # small numbers repeat: keep each problem once
+    t = t.take(pa.array(sorted(first.values()), pa.int64()))
     n = t.num_rows
     t = t.set_column(t.column_names.index("n_correct"), "n_correct", pa.array([1] * n, pa.int32()))
     t = t.set_column(t.column_names.index("n_graded"), "n_graded", pa.array([2] * n, pa.int32()))
     t = t.set_column(t.column_names.index("pass_rate"), "pass_rate", pa.array([0.5] * n, pa.float32()))
     idx = pc.indices_nonzero(pc.greater_equal(pa.array(range(n)), 0))
-    train, held = t.take(idx[:256]), t.take(idx[256:])
+    train, held = t.take(idx[: n - 32]), t.take(idx[n - 32 :])
     out = []
     for name, part in (("train", train), ("heldout", held)):
         import pyarrow.parquet as pq

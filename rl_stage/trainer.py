@@ -242,12 +242,13 @@ class Trainer:
 
         reqs, ok = [], []
         special = templates.adds_special_tokens(self.cfg.template)
-        for p in prompts:
+        for i, p in enumerate(prompts):
             text = templates.render(self.cfg.template, p.problem, self.tokenizer)
             ids = self.tokenizer(text, add_special_tokens=special)["input_ids"]
             if len(ids) > self.cfg.max_prompt_tokens:
                 continue
-            reqs.append(self._gen_request(p.id, text, ids, f"{tag}/{p.id}"))
+            # request ids are positional: two rows may share a problem id (the same text in two sources)
+            reqs.append(self._gen_request(f"{i}:{p.id}", text, ids, f"{tag}/{i}/{p.id}"))
             ok.append(p)
         return reqs, ok
 
@@ -259,10 +260,9 @@ class Trainer:
 
     def _generate(self, prompts, tag: str, cfg=None):
         reqs, ok = self._requests(prompts, tag)
-        by_id = {r.id: r for r in reqs}
         self.model.eval()
         res = dict(self.engine.stream(reqs, logprobs=self.cfg.rollout_backend == "vllm", cfg=cfg))
-        return [(p, by_id[p.id].prompt_ids, res[p.id]) for p in ok], len(prompts) - len(ok)
+        return [(p, r.prompt_ids, res[r.id]) for p, r in zip(ok, reqs, strict=True)], len(prompts) - len(ok)
 
     def _rewards(self, groups) -> tuple[list[list[float]], list[list[bool]]]:
         from curate.grading import extract_prediction

@@ -35,7 +35,7 @@ HARD = {
 @pytest.fixture(scope="module")
 def small_set(tmp_path_factory):
     d = tmp_path_factory.mktemp("set")
-    ingest("synthetic:n=4,seed=3,difficulty=1-1,kinds=arith,extras=0", d / "easy")
+    ingest("synthetic:n=6,seed=3,difficulty=1-1,kinds=arith,extras=0", d / "easy")
     aime = REAL / "aime_1983_2024" / "AIME_Dataset_1983_2024.kaggle_original.csv"
     if aime.is_file():
         ingest(str(aime), d / "aime_all")
@@ -57,7 +57,7 @@ def _check(out, m, backend):
     assert m["rows_in"] == len(rows) and m["rows_rejected"] == 0
     easy = [r for r in rows if r["source"] == "synthetic"]
     hard = [r for r in rows if r["source"] != "synthetic"]
-    assert len(easy) == 4 and hard
+    assert len(easy) == 6 and hard
     for r in rows:
         assert r["backend"] == backend and r["k"] == 10 and len(r["correct"]) == 10 and len(r["outcomes"]) == 10
         assert r["model"] == "HuggingFaceTB/SmolLM2-135M-Instruct" and r["model_revision"].startswith("sha256:")
