@@ -47,7 +47,7 @@ from curate.errors import GradusError
 from curate.grading import GRADER_VERSION, OUTCOMES, GradingPool, extract_prediction
 from curate.schema import SCHEMA, SCHEMA_VERSION, conform
 from curate.shards import MANIFEST, file_sha256, read_manifest, shard_paths, stage_dir, write_json_atomic
-from curate.stage import code_version, config_hash, reject_table
+from curate.stage import code_version, config_hash, inputs_fingerprint, reject_table
 
 log = logging.getLogger(__name__)
 STAGE = "estimate"
@@ -136,24 +136,10 @@ class DifficultyStore:
             return
         self.dir.mkdir(parents=True, exist_ok=True)
         t = table.select(["id", *DIFFICULTY_COLUMNS])
-        path = self.dir / f"seg_{time.time_ns()}_{uuid.uuid4().hex[:8]}.parquet"
-        tmp = path.with_name(path.name + ".tmp")
-        pq.write_table(t, tmp, compression="zstd")
-        tmp.replace(path)
+        _write_atomic(t, self.dir / f"seg_{time.time_ns()}_{uuid.uuid4().hex[:8]}.parquet")
         if self._rows is not None:
             for row in t.to_pylist():
                 self._rows[row["id"]] = row
-
-
-def _input_fingerprint(folders: list[Path]) -> str:
-    parts = []
-    for f in folders:
-        m = read_manifest(f.parent if f.name == "kept" else f)
-        if m is not None and "kept_shards" in m:
-            parts.append([s["sha256"] for s in m["kept_shards"]])
-        else:
-            parts.append([file_sha256(p) for p in shard_paths(f)])
-    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
 
 
 def _chunks(folders: list[Path], size: int, limit: int | None = None) -> Iterator[pa.Table]:
@@ -232,7 +218,7 @@ class Estimator:
         run_cfg.pop("grader_workers")
         run_cfg.pop("store")
         run_cfg.pop("concurrency")
-        return _input_fingerprint(self.inputs), run_cfg
+        return inputs_fingerprint(self.inputs), run_cfg
 
     def run(self, force: bool = False) -> dict:
         input_hash, run_cfg = self._identity()

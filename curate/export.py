@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 from curate import templates
 from curate.curriculum import BucketSpec, Selection, SelectionError, Target, curriculum_stages, select
 from curate.shards import ShardWriter, file_sha256, read_manifest, shard_paths, stage_dir, write_json_atomic
-from curate.stage import code_version, config_hash
+from curate.stage import code_version, config_hash, inputs_fingerprint
 
 FORMATS = ("parquet", "jsonl", "hf")
 MESSAGE = pa.struct([pa.field("role", pa.string()), pa.field("content", pa.string())])
@@ -166,7 +166,7 @@ def _write(table: pa.Table, folder: Path, cfg: ExportConfig) -> list[dict]:
 def export(inputs: list[Path], out: Path, cfg: ExportConfig, force: bool = False) -> dict:
     """Select, render and write; returns the manifest (``skipped`` when the same export is already there)."""
     out = Path(out)
-    input_hash = config_hash({"inputs": [_fingerprint(Path(p)) for p in inputs]})
+    input_hash = inputs_fingerprint([Path(p) for p in inputs])
     chash = config_hash(asdict(cfg))
     old = read_manifest(out)
     if old and not force and old.get("input_hash") == input_hash and old.get("config_hash") == chash:
@@ -211,13 +211,6 @@ def _mean(col) -> float | None:
 
     v = pc.mean(col).as_py()
     return None if v is None else round(v, 4)
-
-
-def _fingerprint(p: Path) -> str:
-    m = read_manifest(p if (p / "manifest.json").exists() else p.parent)
-    if m and "kept_shards" in m:
-        return json.dumps([s.get("sha256") for s in m["kept_shards"]])
-    return json.dumps([file_sha256(x) for x in shard_paths(stage_dir(p))])
 
 
 def read_export(out: Path) -> pa.Table:

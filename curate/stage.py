@@ -56,6 +56,21 @@ def dir_fingerprint(folder: Path) -> str:
     return hashlib.sha256(json.dumps([s["sha256"] for s in m["kept_shards"]]).encode()).hexdigest()[:16]
 
 
+def inputs_fingerprint(inputs: list[Path]) -> str:
+    """Fingerprint of stage outputs or bare shard folders: manifest shard hashes, else the files' own hashes."""
+    from curate.shards import file_sha256, shard_paths, stage_dir
+
+    parts = []
+    for inp in inputs:
+        folder = stage_dir(Path(inp))
+        m = read_manifest(folder.parent if folder.name == "kept" else folder)
+        if m is not None and "kept_shards" in m:
+            parts.append([s["sha256"] for s in m["kept_shards"]])
+        else:
+            parts.append([file_sha256(p) for p in shard_paths(folder)])
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
+
+
 def file_fingerprint(spec: str) -> str:
     p = Path(spec)
     if p.is_file():
