@@ -6,8 +6,11 @@ Buckets come from each row's pass count. The two degenerate ends stay apart from
 - ``solved``: k of k correct: no learning signal for GRPO (every advantage in the group is zero);
 - ``ungraded``: no sample could be graded (timeouts): no estimate at all.
 
-Skywork-OR1, Open-R1 and POLARIS all drop the two ends from training sets; so does the default here
-(``include_ends`` keeps them). The middle is cut by pass rate: by default ``hard`` p <= 1/3, ``medium``
+Skywork-OR1, Open-R1 and POLARIS all drop the two ends from training sets; so does the default here.
+``include_ends`` keeps ``unsolved`` and ``solved`` (never ``ungraded``): a ``uniform`` target then balances
+five buckets, a band admits pass rates 0 and 1 as well, and a custom target must weigh the ends itself.
+The pass rate is ``n_correct / k``: timeouts and crashes count as failures (their labels are kept, and rows
+with ``n_graded < k`` are counted apart in the report). The middle is cut by pass rate: by default ``hard`` p <= 1/3, ``medium``
 p <= 2/3, ``easy`` above; with k = 10 that is pass counts 1-3, 4-6 and 7-9.
 
 A selection takes ``total`` rows with a target distribution over buckets: ``uniform`` (Kimi k1.5 asks
@@ -99,14 +102,21 @@ def check_scored(table: pa.Table) -> None:
             raise SelectionError(f"inconsistent difficulty in row {table['id'][i]}: n_graded={ng[i]} > k={table['k'][i]}")
 
 
-def bucket_of(n_correct: int, n_graded: int, spec: BucketSpec = BucketSpec()) -> str:
+def bucket_of(n_correct: int, n_graded: int, spec: BucketSpec = BucketSpec(), k: int | None = None) -> str:
+    """The bucket of a row with ``n_correct`` of ``k`` samples correct (``n_graded`` of them with a verdict).
+
+    The pass rate is ``n_correct / k``: a sample that timed out or crashed counts as a failure, so 1 correct of
+    1 graded out of 10 is "hard", not "solved". ``ungraded`` only when no sample has a verdict at all.
+    ``k`` None (rows without a ``k`` column) falls back to ``n_graded``.
+    """
+    n = k if k is not None else n_graded
     if n_graded == 0:
         return "ungraded"
     if n_correct == 0:
         return "unsolved"
-    if n_correct == n_graded:
+    if n_correct == n:
         return "solved"
-    p = n_correct / n_graded
+    p = n_correct / n
     for name, edge in spec.edges:
         if p <= edge + 1e-12:
             return name
@@ -115,8 +125,17 @@ def bucket_of(n_correct: int, n_graded: int, spec: BucketSpec = BucketSpec()) ->
 
 def assign_buckets(table: pa.Table, spec: BucketSpec = BucketSpec()) -> pa.Array:
     check_scored(table)
-    return pa.array([bucket_of(c, g, spec) for c, g in zip(table["n_correct"].to_pylist(), table["n_graded"].to_pylist(),
-                                                           strict=True)], pa.string())
+    ks = table["k"].to_pylist() if "k" in table.column_names else [None] * table.num_rows
+    return pa.array([bucket_of(c, g, spec, k) for c, g, k in zip(table["n_correct"].to_pylist(),
+                                                                   table["n_graded"].to_pylist(), ks, strict=True)],
+                    pa.string())
+
+
+def incompletely_graded(table: pa.Table) -> pa.Array:
+    """True where some samples have no verdict (``n_graded < k``): reported apart in selection reports."""
+    if "k" not in table.column_names:
+        return pa.array([False] * table.num_rows)
+    return pc.fill_null(pc.less(table["n_graded"], table["k"]), False)
 
 
 def sample_weights(pass_rate: pa.Array | pa.ChunkedArray, floor: float = 0.05) -> pa.Array:
@@ -220,13 +239,22 @@ def select(table: pa.Table, total: int | None, target: Target, spec: BucketSpec 
         raise SelectionError(f"shortfall rule must be 'redistribute' or 'fail', not {shortfall!r}")
     if total is not None and total < 0:
         raise SelectionError(f"total must be >= 0, got {total}")
+    if include_ends:
+        if target.kind == "uniform":  # the ends become buckets of the balanced mix, like the middle ones
+            target = Target("uniform", {"unsolved": 1.0, **target.weights, "solved": 1.0})
+        elif target.kind == "custom" and not {"unsolved", "solved"} & {k for k, w in target.weights.items() if w > 0}:
+            raise SelectionError("include_ends with a custom target: give the ends a weight in the target itself "
+                                 "(e.g. unsolved=0.1,hard=0.3,medium=0.3,easy=0.2,solved=0.1)")
     buckets = assign_buckets(table, spec)
     weights_col = sample_weights(table["pass_rate"], weight_floor)
     table = table.append_column("bucket", buckets).append_column("sample_weight", weights_col)
     bnames = buckets.to_pylist()
     report: dict = {"rows_in": table.num_rows, "target": target.describe(), "seed": seed, "shortfall_rule": shortfall,
                     "bucket_edges": {n: round(e, 6) for n, e in spec.edges}, "include_ends": include_ends,
-                    "available_by_bucket": dict(Counter(bnames)), "excluded": {}}
+                    "available_by_bucket": dict(Counter(bnames)), "excluded": {},
+                    # rows where some samples timed out or crashed (counted as failures): listed apart per bucket
+                    "incompletely_graded_by_bucket": dict(Counter(
+                        b for b, inc in zip(bnames, incompletely_graded(table).to_pylist(), strict=True) if inc))}
 
     # eligibility
     eligible: dict[str, list[int]] = {}
@@ -234,15 +262,17 @@ def select(table: pa.Table, total: int | None, target: Target, spec: BucketSpec 
         lo, hi = target.band
         pr = table["pass_rate"].to_pylist()
         for i, p in enumerate(pr):
-            if p is not None and lo < p < hi:
+            if p is not None and lo < p < hi and bnames[i] != "ungraded":
                 eligible.setdefault("band", []).append(i)
+            elif include_ends and p is not None and p in (0.0, 1.0) and bnames[i] in ("unsolved", "solved"):
+                eligible.setdefault("band", []).append(i)  # the ends join the band
             else:
-                key = "ungraded" if p is None else "outside_band"
+                key = "ungraded" if p is None or bnames[i] == "ungraded" else "outside_band"
                 report["excluded"][key] = report["excluded"].get(key, 0) + 1
     else:
         wanted = {k for k, w in target.weights.items() if w > 0}
         for i, b in enumerate(bnames):
-            if b in END_BUCKETS and not (include_ends and b in wanted) and b not in wanted:
+            if b in END_BUCKETS and b not in wanted:
                 report["excluded"][b] = report["excluded"].get(b, 0) + 1
             elif b not in wanted:
                 report["excluded"]["bucket_not_in_target"] = report["excluded"].get("bucket_not_in_target", 0) + 1

@@ -44,7 +44,7 @@ import pyarrow.parquet as pq
 from curate import templates
 from curate.engines import Completion, GenRequest, Sampler, SamplingConfig, make_sampler
 from curate.errors import GradusError
-from curate.grading import GRADER_VERSION, OUTCOMES, GradingPool, extract_prediction
+from curate.grading import GRADER_VERSION, OUTCOMES, GradingPool, cut_off_unanswered
 from curate.schema import SCHEMA, SCHEMA_VERSION, conform
 from curate.shards import MANIFEST, file_sha256, read_manifest, shard_paths, stage_dir, write_json_atomic
 from curate.stage import code_version, config_hash, inputs_fingerprint, reject_table
@@ -108,38 +108,90 @@ class EstimateConfig:
         return d
 
 
-def param_key(model: str, revision: str, template: str, s: SamplingConfig, grader: str = GRADER_VERSION) -> str:
-    """What makes two difficulty estimates interchangeable (the backend is recorded, not keyed)."""
-    d = {"model": model, "revision": revision, "template": template, "k": s.k, "temperature": s.temperature,
-         "top_p": s.top_p, "max_tokens": s.max_tokens, "seed": s.seed, "grader": grader}
-    return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
+def row_key(problem: str, answer: str) -> str:
+    """What a stored estimate answers for: the exact problem text and the exact gold answer.
+
+    The row ``id`` hashes a normalized text (so copies that differ only in spacing share it); two rows with
+    one id may still carry different golds (two sources, a corrected gold), and a verdict graded against
+    one gold says nothing about the other.
+    """
+    return hashlib.sha256(f"{problem}\x00{answer}".encode()).hexdigest()[:32]
+
+
+def store_identity(model: str, revision: str, template: str, template_fingerprint: str, s: SamplingConfig,
+                   grader_timeout_s: int, base_url: str | None = None, grader: str | None = None) -> dict:
+    """Everything that changes a difficulty estimate, and nothing else: what the store key hashes.
+
+    The model and its exact revision; the template's rendered text (not only its name: the chat template of
+    the tokenizer and the instruction are in it); every sampling parameter that changes what is drawn
+    (k, temperature, top_p, max_tokens, seed, max_prompt_tokens); the grader (math-verify, sympy and
+    latex2sympy versions and our extraction rule) and its timeout; and, for an OpenAI-compatible server, its
+    base URL. The backend is recorded with each row, not keyed: vLLM and an HTTP server running the same
+    weights with the same seeds are the same estimate.
+    """
+    return {"model": model, "revision": revision, "template": template, "template_fingerprint": template_fingerprint,
+            "k": s.k, "temperature": s.temperature, "top_p": s.top_p, "max_tokens": s.max_tokens, "seed": s.seed,
+            "max_prompt_tokens": s.max_prompt_tokens, "grader": grader or GRADER_VERSION, "grader_timeout_s": grader_timeout_s,
+            "base_url": base_url}
+
+
+def param_key(identity: dict) -> str:
+    """The store folder name for a ``store_identity``."""
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def template_fingerprint(template: str, tokenizer=None) -> str:
+    """Hash of what the template makes of a probe problem: its text, its chat template and its instruction."""
+    probe = "<<gradus-probe-problem>>"
+    parts = [template, json.dumps(templates.messages(template, probe))]
+    if tokenizer is not None or template != "chat":
+        parts.append(templates.render(template, probe, tokenizer))
+    return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:16]
 
 
 class DifficultyStore:
-    """Append-only Parquet segments per parameter key: ``ROOT/{param_key}/seg_*.parquet`` (id + difficulty)."""
+    """Append-only Parquet segments per store key: ``ROOT/{param_key}/seg_*.parquet``.
 
-    def __init__(self, root: Path, key: str):
-        self.dir = Path(root) / key
-        self.key = key
+    Rows are found by ``row_key`` (exact problem text + gold), never by the normalized-text ``id`` alone, and
+    each folder holds ``identity.json``, the full ``store_identity`` its key hashes (checked on open).
+    """
+
+    def __init__(self, root: Path, identity: dict):
+        self.key = param_key(identity)
+        self.dir = Path(root) / self.key
+        self.identity = identity
         self._rows: dict[str, dict] | None = None
 
     def load(self) -> dict[str, dict]:
         if self._rows is None:
             self._rows = {}
+            ident = self.dir / "identity.json"
+            if ident.exists() and json.loads(ident.read_text()) != json.loads(json.dumps(self.identity)):
+                raise EstimateError(f"difficulty store {self.dir}: identity.json does not match its key; remove the folder")
             for p in shard_paths(self.dir):
-                for row in pq.read_table(p).to_pylist():
-                    self._rows[row["id"]] = row
+                t = pq.read_table(p)
+                if "row_key" not in t.column_names:
+                    continue  # a segment from before rows were keyed by problem and gold: never trusted
+                for row in t.to_pylist():
+                    self._rows[row["row_key"]] = row
         return self._rows
+
+    def get(self, problem: str, answer: str) -> dict | None:
+        return self.load().get(row_key(problem, answer))
 
     def append(self, table: pa.Table) -> None:
         if not table.num_rows:
             return
         self.dir.mkdir(parents=True, exist_ok=True)
-        t = table.select(["id", *DIFFICULTY_COLUMNS])
+        ident = self.dir / "identity.json"
+        if not ident.exists():
+            write_json_atomic(ident, self.identity)
+        keys = [row_key(p, a) for p, a in zip(table["problem"].to_pylist(), table["answer"].to_pylist(), strict=True)]
+        t = table.select(["id", *DIFFICULTY_COLUMNS]).append_column("row_key", pa.array(keys, pa.string()))
         _write_atomic(t, self.dir / f"seg_{time.time_ns()}_{uuid.uuid4().hex[:8]}.parquet")
         if self._rows is not None:
             for row in t.to_pylist():
-                self._rows[row["id"]] = row
+                self._rows[row["row_key"]] = row
 
 
 def _chunks(folders: list[Path], size: int, limit: int | None = None) -> Iterator[pa.Table]:
@@ -218,6 +270,9 @@ class Estimator:
         run_cfg.pop("grader_workers")
         run_cfg.pop("store")
         run_cfg.pop("concurrency")
+        # what else changes a verdict: a resumed or re-run stage never mixes graders or code versions
+        run_cfg["grader_version"] = GRADER_VERSION
+        run_cfg["code_version"] = code_version()
         return inputs_fingerprint(self.inputs), run_cfg
 
     def run(self, force: bool = False) -> dict:
@@ -263,13 +318,21 @@ class Estimator:
         self.sampler = sampler
         self.model_name = sampler.model_name
         self.revision = cfg.model_revision or _revision(sampler)
-        self.pkey = param_key(self.model_name, self.revision, cfg.template, s)
+        identity = store_identity(self.model_name, self.revision, cfg.template,
+                                  template_fingerprint(cfg.template, sampler.tokenizer), s, cfg.grader_timeout_s,
+                                  base_url=cfg.base_url if cfg.backend == "openai" else None)
+        self.pkey = param_key(identity)
         store = None
-        if cfg.store:
+        self.store_note = "off (--no-store)" if not cfg.store else "on"
+        if cfg.store and self.revision == "unresolved":
+            # a hub id not in the local cache, or a server: "unresolved" would match any weights under that name
+            self.store_note = "off: the model revision is unresolved (pass --model-revision to use the store)"
+            log.warning("difficulty store %s", self.store_note)
+        elif cfg.store:
             from curate.models import cache_root
 
             root = cache_root() / "difficulty_store" if cfg.store == "default" else Path(cfg.store)
-            store = DifficultyStore(root, self.pkey)
+            store = DifficultyStore(root, identity)
             store.load()
         self.store = store
 
@@ -303,7 +366,7 @@ class Estimator:
     def _requests(self, chunks: list[tuple[int, pa.Table]], q: queue.Queue, errors: list) -> Iterator[GenRequest]:
         cfg, s = self.cfg, self.cfg.sampling
         sampler = self.sampler
-        stored = self.store.load() if self.store else {}
+        store = self.store
         special = templates.adds_special_tokens(cfg.template)
         for c, table in chunks:
             if errors:
@@ -316,15 +379,12 @@ class Estimator:
                 if ans is None or not str(ans).strip():
                     rejected[i] = ("no_gold", "no gold answer to grade against")
                     continue
-                if pid in stored:
-                    hits[i] = stored[pid]
-                    continue
                 msgs = templates.messages(cfg.template, prob)
                 if sampler.tokenizer is not None:
                     req = sampler.prepare(f"{c}:{i}:{pid}", templates.render(cfg.template, prob, sampler.tokenizer), special,
                                           msgs, seed_key=pid)
                     ptoks[i] = len(req.prompt_ids)
-                    if ptoks[i] > s.max_prompt_tokens:
+                    if ptoks[i] > s.max_prompt_tokens:  # checked before the store: a stored row obeys the same limit
                         rejected[i] = ("prompt_too_long", f"{ptoks[i]} prompt tokens > max_prompt_tokens {s.max_prompt_tokens}")
                         continue
                 else:
@@ -332,6 +392,10 @@ class Estimator:
                     req = GenRequest(f"{c}:{i}:{pid}", text, None, msgs if cfg.template in ("chat", "qwen_math") else None,
                                      seed_key=pid)
                     ptoks[i] = None
+                row = store.get(prob, str(ans)) if store is not None else None
+                if row is not None:
+                    hits[i] = row
+                    continue
                 reqs.append((i, req))
             todo = {i for i, _ in reqs} | set(hits)
             q.put(("chunk", _Chunk(c, table, todo, rejected, ptoks)))
@@ -367,7 +431,7 @@ class Estimator:
                         for _, c, i, comps in gens:
                             gold = chunks[c].table["answer"][i].as_py()
                             for x in comps:
-                                if x.truncated and extract_prediction(x.text)[1] == "tail":
+                                if cut_off_unanswered(x.text, x.truncated):
                                     outcomes.append("no_answer")  # cut off before any final answer: nothing to grade
                                 else:
                                     slots.append(len(outcomes))
@@ -419,9 +483,11 @@ class Estimator:
     def _score(self, ch: _Chunk, i: int, comps: list[Completion], outs: list[str]) -> dict:
         s = self.cfg.sampling
         correct = [o == "correct" for o in outs]
-        n_graded = sum(o in ("correct", "wrong", "no_answer") for o in outs)
+        n_graded = sum(o in ("correct", "wrong", "no_answer") for o in outs)  # definite verdicts
         n_correct = sum(correct)
-        lo, hi = wilson(n_correct, n_graded)
+        # every sample counts: a timeout or crash is a failure (verl and Open-R1 score them 0), kept by its label
+        n = len(outs)
+        lo, hi = wilson(n_correct, n)
         if self.cfg.keep_responses:
             pid = ch.table["id"][i].as_py()
             ch.responses += [
@@ -435,8 +501,7 @@ class Estimator:
             "model": self.model_name, "model_revision": self.revision, "backend": self.sampler.backend,
             "template": self.cfg.template, "k": s.k, "temperature": s.temperature, "top_p": s.top_p,
             "max_tokens": s.max_tokens, "seed": s.seed, "n_correct": n_correct, "n_graded": n_graded,
-            "pass_rate": n_correct / n_graded if n_graded else None, "correct": correct,
-            "pass_rate_low": lo if n_graded else None, "pass_rate_high": hi if n_graded else None,
+            "pass_rate": n_correct / n, "correct": correct, "pass_rate_low": lo, "pass_rate_high": hi,
             "outcomes": outs, "response_tokens": [x.n_tokens for x in comps], "truncated": [x.truncated for x in comps],
             "prompt_tokens": ch.prompt_tokens.get(i), "grader_version": GRADER_VERSION,
         }
@@ -500,6 +565,7 @@ class Estimator:
             "config": run_cfg, "config_hash": chash,
             "model": getattr(self, "model_name", None), "model_revision": getattr(self, "revision", None),
             "param_key": getattr(self, "pkey", None), "grader_version": GRADER_VERSION,
+            "store": getattr(self, "store_note", None),
             "rows_in": rows_in, "rows_kept": n_kept, "rows_rejected": n_rej,
             "rejected_by_reason": dict(reasons.most_common()),
             "pass_count_histogram": hist, "k": s.k, "sample_outcomes": outcomes,
@@ -546,4 +612,4 @@ def estimate(inputs: list[Path], out: Path, cfg: EstimateConfig, sampler: Sample
     return Estimator(inputs, out, cfg, sampler, progress).run(force)
 
 
-__all__ = ["EstimateConfig", "DifficultyStore", "estimate", "wilson", "param_key", "OUTCOMES"]
+__all__ = ["EstimateConfig", "DifficultyStore", "estimate", "wilson", "param_key", "row_key", "store_identity", "OUTCOMES"]

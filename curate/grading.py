@@ -20,38 +20,74 @@ import os
 import re
 import time
 from dataclasses import dataclass
-from importlib.metadata import version
-from multiprocessing.connection import Connection
+from importlib.metadata import PackageNotFoundError, version
+from multiprocessing.connection import Connection, wait
 
-GRADER_VERSION = f"math-verify=={version('math-verify')};gradus-grading=2"
+_GRADING_RULE = 3  # bump when extraction or verdict rules change: it is part of every store key and run identity
+
+
+def _dist_version(name: str) -> str:
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return "absent"
+
+
+# Everything that can change a verdict: math-verify and the parsers under it, and our own rule's version.
+GRADER_VERSION = (f"math-verify=={_dist_version('math-verify')};sympy=={_dist_version('sympy')};"
+                  f"latex2sympy2_extended=={_dist_version('latex2sympy2_extended')};gradus-grading={_GRADING_RULE}")
 _PLAIN_NUMBER = re.compile(r"^[-+]?(?:\d+|\d*\.\d+)$")  # math-verify parses these (checked by a test)
 _PLAIN_INT = re.compile(r"^-?\d{1,30}$")  # exact integer compare agrees with math-verify (checked by a test)
 _ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.S)
-MAX_FALLBACK_CHARS = 4000  # an unboxed response is graded on its tail: math-verify takes the last expression anyway
+# Markdown bold around text (``**73**``, ``**Answer: 5**``), not ``**`` as an operator (``2**10``): the opening
+# marker may not follow a word character or a closing brace, the closing one may not precede a word or ``{``.
+_BOLD = re.compile(r"(?<![\w}\\*])\*\*(?=[^\s*])([^*\n]{1,400}?)(?<=[^\s*])\*\*(?![\w{*])")
+MAX_FALLBACK_CHARS = 4000  # an unboxed response is searched for an anchored answer in its last 4,000 characters
 
-# Outcomes of grading one sample. Only "correct" counts; "timeout" and "crash" are never read as "wrong".
+# Outcomes of grading one sample. Only "correct" counts; every other outcome is a failure when pass rates
+# and rewards are computed (as verl and Open-R1 score a timeout or a verify exception 0), but keeps its label.
 OUTCOMES = ("correct", "wrong", "no_answer", "timeout", "crash", "error")
+# How the prediction was found: "boxed" and "answer_tag" are explicit answers; "anchored" is an unboxed
+# response, where only an answer after an anchor ("final answer is $...$", "Answer: ...") counts.
+EXPLICIT = ("boxed", "answer_tag")
+
+
+def strip_bold(text: str) -> str:
+    """Remove markdown bold markers around text (math-verify 0.9 reads ``**73**`` as ``73**``)."""
+    return _BOLD.sub(r"\1", text) if "**" in text else text
 
 
 def extract_prediction(text: str) -> tuple[str, str]:
-    """``(what math-verify parses, how it was found)`` for a model response.
+    """``(what math-verify parses, how it was found)`` for a model response: the anchored rule.
 
-    The last complete ``\\boxed{}`` wins (``\\boxed{X}`` is passed on, so math-verify's own boxed rules
-    apply); then the last ``<answer>...</answer>`` of the R1 template; otherwise the response's tail,
-    where math-verify's fallback looks for the last expression. Markdown bold (``**73**``) is removed
-    first: math-verify 0.9 reads ``**73**`` as ``73**``.
+    1. the last complete ``\\boxed{}`` (passed on as ``\\boxed{X}``, so math-verify's own boxed rules apply);
+    2. else the last non-empty ``<answer>...</answer>`` of the R1 template, its text passed as it is
+       (``12.``, ``$\\frac{1}{2}$ cups`` and ``The answer is 5`` are answers; wrapping them in a box is not);
+    3. else the response's tail, from which math-verify may take an answer only after an anchor
+       ("final answer is", "answer:"), never "the last number it finds" (Open-R1's accuracy reward:
+       ``try_extract_without_anchor=False``; DeepScaleR scores an unboxed response wrong).
+
+    Markdown bold around text is removed first; ``**`` between operands (``2**10``) is left alone.
     """
     from curate.answers import last_boxed
 
-    if "**" in text:
-        text = text.replace("**", "")
+    text = strip_bold(text)
     box = last_boxed(text)
     if box is not None:
         return f"\\boxed{{{box}}}", "boxed"
     tags = _ANSWER_TAG.findall(text)
     if tags and tags[-1].strip():
-        return f"\\boxed{{{tags[-1].strip()}}}", "answer_tag"
-    return text[-MAX_FALLBACK_CHARS:], "tail"
+        return tags[-1].strip(), "answer_tag"
+    return text[-MAX_FALLBACK_CHARS:], "anchored"
+
+
+def cut_off_unanswered(text: str, truncated: bool) -> bool:
+    """A response stopped by ``max_tokens`` before any explicit answer (box or ``<answer>`` tag).
+
+    It is ``no_answer`` without grading, in difficulty estimation and in training rewards alike: whatever an
+    unfinished text says after "answer" is not the model's final answer.
+    """
+    return truncated and extract_prediction(text)[1] not in EXPLICIT
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,14 +111,31 @@ def _worker_parse_gold(gold: str, timeout_s: int) -> ParseResult:
 
 
 _WORKER_GOLD: dict[str, list] = {}
+_ANCHORED_CONFIG: list | None = None
 
 
-def _worker_verify(item: tuple[str, str], timeout_s: int) -> ParseResult:
-    """Grade one (gold, prediction) pair: gold parsed once per worker and passed first to ``verify``."""
+def _anchored_config() -> list:
+    """math-verify extraction that needs an anchor (Open-R1's accuracy reward, plus anchored plain numbers)."""
+    global _ANCHORED_CONFIG
+    if _ANCHORED_CONFIG is None:
+        from math_verify import ExprExtractionConfig, LatexExtractionConfig
+
+        _ANCHORED_CONFIG = [LatexExtractionConfig(boxed_match_priority=0, try_extract_without_anchor=False),
+                            ExprExtractionConfig(try_extract_without_anchor=False)]
+    return _ANCHORED_CONFIG
+
+
+def _worker_verify(item: tuple, timeout_s: int) -> ParseResult:
+    """Grade one (gold, prediction[, how]) item: gold parsed once per worker and passed first to ``verify``.
+
+    ``verify`` runs with ``raise_on_error=False``: one comparison that times out or fails counts as not
+    equal and the other candidate pairs are still compared (an ordinary wrong answer stays "wrong").
+    """
     from math_verify import parse, verify
     from math_verify.errors import TimeoutException
 
-    gold, pred = item
+    gold, pred = item[0], item[1]
+    how = item[2] if len(item) > 2 else "boxed"
     try:
         g = _WORKER_GOLD.get(gold)
         if g is None:
@@ -90,10 +143,16 @@ def _worker_verify(item: tuple[str, str], timeout_s: int) -> ParseResult:
             if len(_WORKER_GOLD) > 100_000:
                 _WORKER_GOLD.clear()
             _WORKER_GOLD[gold] = g
-        p = parse(pred, parsing_timeout=timeout_s, raise_on_error=True)
+        if how == "tail_any":  # the pre-anchored rule, kept only so benchmarks/grading_rule.py can compare
+            p = parse(pred, parsing_timeout=timeout_s, raise_on_error=True)
+        elif how == "anchored":
+            p = parse(pred, extraction_config=_anchored_config(), extraction_mode="first_match",
+                      parsing_timeout=timeout_s, raise_on_error=True)
+        else:
+            p = parse(pred, parsing_timeout=timeout_s, raise_on_error=True)
         if not p:
             return ParseResult(False, "no_answer")
-        ok = verify(g, p, timeout_seconds=timeout_s, raise_on_error=True)
+        ok = verify(g, p, timeout_seconds=timeout_s, raise_on_error=False)
     except TimeoutException:
         return ParseResult(None, "timeout")
     except Exception as e:  # noqa: BLE001 - a parser/sympy error on untrusted text is recorded, never raised
@@ -102,12 +161,21 @@ def _worker_verify(item: tuple[str, str], timeout_s: int) -> ParseResult:
 
 
 def _worker_main(conn: Connection, mem_bytes: int | None) -> None:
+    """Serve requests ``(request id, op, items, timeout)``; answer each item as ``(request id, index, result)``.
+
+    One reply per item lets the parent give every item its own deadline and know exactly which item a
+    missed deadline belongs to; the request id lets it refuse any reply that is not for the current request.
+    """
     if mem_bytes:
         import resource
 
         resource.setrlimit(resource.RLIMIT_AS, (mem_bytes, mem_bytes))
-    import math_verify  # noqa: F401 - imported once here (about a second), before the first request's deadline starts
+    import logging
 
+    from math_verify import parse, verify
+
+    logging.getLogger("math_verify").setLevel(logging.ERROR)  # a comparison timeout is a "not equal" verdict, not a message
+    verify(parse("$4$"), parse("\\boxed{4}"))  # warm up (imports and caches) before any deadline is running
     conn.send("ready")
     while True:
         try:
@@ -116,19 +184,18 @@ def _worker_main(conn: Connection, mem_bytes: int | None) -> None:
             return
         if msg is None:
             return
-        op, items, timeout_s = msg
-        out = []
-        for item in items:
+        req_id, op, items, timeout_s = msg
+        for j, item in enumerate(items):
             try:
                 if op == "parse_gold":
-                    out.append(_worker_parse_gold(item, timeout_s))
+                    res = _worker_parse_gold(item, timeout_s)
                 elif op == "verify":
-                    out.append(_worker_verify(item, timeout_s))
+                    res = _worker_verify(item, timeout_s)
                 else:
                     raise ValueError(f"unknown op {op}")
             except MemoryError:
-                out.append(ParseResult(None, "crash"))
-        conn.send(out)
+                res = ParseResult(None, "crash")
+            conn.send((req_id, j, res))
 
 
 class _Worker:
@@ -152,11 +219,21 @@ class _Worker:
         self.conn.close()
 
 
+@dataclass
+class _Job:
+    """A worker's current request: which items (positions in the caller's list), how far it got, its deadline."""
+
+    req_id: int
+    positions: list[int]
+    done: int
+    deadline: float
+
+
 class GradingPool:
     """A small pool of math-verify worker processes with memoization and hard deadlines.
 
-    ``workers`` defaults to the number of CPUs; ``timeout_s`` is math-verify's own per-call timeout,
-    and a request of ``m`` items gets a hard deadline of ``m * timeout_s + slack_s`` seconds.
+    ``workers`` defaults to the number of CPUs; ``timeout_s`` is math-verify's own per-call timeout, and
+    every item gets a hard deadline of ``3 * timeout_s + slack_s`` seconds (``item_deadline_s``).
     """
 
     def __init__(
@@ -172,10 +249,11 @@ class GradingPool:
         self.mem_bytes = mem_mb * (1 << 20) if mem_mb else None
         self.chunk = chunk
         self.slack_s = slack_s
+        self._req = 0
         self._ctx = mp.get_context("forkserver" if os.name == "posix" else "spawn")
         self._workers: list[_Worker] = []
         self._gold_memo: dict[str, ParseResult] = {}
-        self._verify_memo: dict[tuple[str, str], str] = {}
+        self._verify_memo: dict[tuple[str, str, str], str] = {}
         self.stats = {"calls": 0, "memo_hits": 0, "fast_path": 0, "timeouts": 0, "crashes": 0, "verify_calls": 0,
                       "verify_memo_hits": 0, "verify_fast_path": 0, "verify_sent": 0}
 
@@ -196,6 +274,12 @@ class GradingPool:
                 w.kill()
         self._workers = []
 
+    @property
+    def item_deadline_s(self) -> float:
+        """Hard deadline for one item: gold parse, prediction parse and comparisons each get ``timeout_s``
+        inside the worker (signal-based); this backstop catches work the signal cannot interrupt (C code)."""
+        return 3 * self.timeout_s + self.slack_s
+
     def _ensure(self) -> None:
         """Start missing workers (in parallel) and wait until each has imported math-verify."""
         while len(self._workers) < self.n:
@@ -208,47 +292,77 @@ class GradingPool:
         return self
 
     def _run(self, op: str, items: list) -> list[ParseResult]:
-        """Run ``op`` over items across workers; a chunk that misses its deadline is retried item by item."""
+        """Run ``op`` over ``items`` on the workers; one result per item, in order.
+
+        Every request carries a fresh id and every reply names its request and item, so a reply is never
+        taken for another item's. Each item has its own hard deadline (``item_deadline_s`` after the previous
+        reply, or after sending); a worker that misses it, or dies, is killed and replaced by a fresh one,
+        the item in flight is recorded as ``timeout`` (or ``crash``), and the request's remaining items go
+        back to the queue for whichever worker is free.
+        """
         self._ensure()
+        results: list[ParseResult | None] = [None] * len(items)
         size = max(1, min(self.chunk, -(-len(items) // (self.n * 4))))  # spread small batches over every worker
-        chunks = [items[i : i + size] for i in range(0, len(items), size)]
-        results: list[list[ParseResult] | None] = [None] * len(chunks)
-        pending = list(range(len(chunks)))
-        busy: dict[int, tuple[int, float]] = {}  # worker index -> (chunk index, deadline)
-
-        while pending or busy:
+        pending = [list(range(i, min(i + size, len(items)))) for i in range(0, len(items), size)]
+        jobs: dict[int, _Job] = {}  # worker index -> its current request
+        while pending or jobs:
             for wi in range(self.n):
-                if wi not in busy and pending:
-                    ci = pending.pop(0)
-                    self._workers[wi].conn.send((op, chunks[ci], self.timeout_s))
-                    busy[wi] = (ci, time.monotonic() + len(chunks[ci]) * self.timeout_s + self.slack_s)
-            for wi, (ci, deadline) in list(busy.items()):
+                if wi not in jobs and pending:
+                    positions = pending.pop(0)
+                    self._req += 1
+                    self._workers[wi].conn.send((self._req, op, [items[i] for i in positions], self.timeout_s))
+                    jobs[wi] = _Job(self._req, positions, 0, time.monotonic() + self.item_deadline_s)
+            now = time.monotonic()
+            timeout = max(0.0, min(j.deadline for j in jobs.values()) - now)
+            by_handle = {}
+            for wi in jobs:
                 w = self._workers[wi]
-                if w.conn.poll(0.005):
-                    try:
-                        results[ci] = w.conn.recv()
-                    except (EOFError, OSError):
-                        results[ci] = self._after_failure(op, chunks[ci], wi)
-                    del busy[wi]
-                elif not w.proc.is_alive() or time.monotonic() > deadline:
-                    results[ci] = self._after_failure(op, chunks[ci], wi)
-                    del busy[wi]
-        return [r for chunk in results for r in (chunk or [])]
+                by_handle[w.conn] = wi
+                by_handle[w.proc.sentinel] = wi
+            for handle in wait(list(by_handle), timeout=timeout):
+                wi = by_handle[handle]
+                if wi in jobs and handle is self._workers[wi].conn:
+                    self._drain(wi, jobs, results)
+            now = time.monotonic()
+            for wi, job in list(jobs.items()):
+                w = self._workers[wi]
+                if w.proc.is_alive() and now <= job.deadline:
+                    continue
+                intact = self._drain(wi, jobs, results)  # replies that arrived since: never lose a verdict
+                if wi not in jobs:
+                    continue
+                dead = not intact or not w.proc.is_alive()
+                if not dead and time.monotonic() <= job.deadline:
+                    continue
+                self.stats["crashes" if dead else "timeouts"] += 1
+                results[job.positions[job.done]] = ParseResult(None, "crash" if dead else "timeout")
+                rest = job.positions[job.done + 1 :]
+                if rest:
+                    pending.insert(0, rest)
+                del jobs[wi]
+                w.kill()  # a fresh worker takes its place: nothing it still had queued can be read later
+                self._workers[wi] = _Worker(self._ctx, self.mem_bytes)
+                self._workers[wi].wait_ready()
+        return results  # type: ignore[return-value]
 
-    def _after_failure(self, op: str, items: list[str], wi: int) -> list[ParseResult]:
-        """Replace the worker; if several items were in flight, redo them one at a time to isolate the culprit."""
-        alive = self._workers[wi].proc.is_alive()
-        self._workers[wi].kill()
-        self._workers[wi] = _Worker(self._ctx, self.mem_bytes)
-        self._workers[wi].wait_ready()
-        if len(items) == 1:
-            self.stats["timeouts" if alive else "crashes"] += 1
-            return [ParseResult(None, "timeout" if alive else "crash")]
-        saved, self.chunk = self.chunk, 1
+    def _drain(self, wi: int, jobs: dict[int, _Job], results: list) -> bool:
+        """Read every reply worker ``wi`` has sent; False when its pipe broke (the worker died)."""
+        job, conn = jobs[wi], self._workers[wi].conn
         try:
-            return self._run(op, items)
-        finally:
-            self.chunk = saved
+            while conn.poll():
+                req_id, j, res = conn.recv()
+                if req_id != job.req_id or j != job.done:
+                    raise RuntimeError(f"grading worker answered request {req_id} item {j}, "
+                                       f"expected request {job.req_id} item {job.done}")
+                results[job.positions[j]] = res
+                job.done += 1
+                job.deadline = time.monotonic() + self.item_deadline_s
+                if job.done == len(job.positions):
+                    del jobs[wi]
+                    return True
+        except (EOFError, OSError):
+            return False
+        return True
 
     def parse_gold(self, answers: list[str]) -> list[ParseResult]:
         """Whether math-verify can parse each gold answer; memoized, plain numbers answered directly."""
@@ -278,16 +392,16 @@ class GradingPool:
             raise ValueError("golds and responses differ in length")
         self.stats["verify_calls"] += len(golds)
         keys = []
-        todo: dict[tuple[str, str], None] = {}
+        todo: dict[tuple[str, str, str], None] = {}
         for g, r in zip(golds, responses, strict=True):
             pred, how = extract_prediction(r)
-            key = (g, pred)
+            key = (g, pred, how)
             keys.append(key)
             if key in self._verify_memo or key in todo:
                 self.stats["verify_memo_hits"] += 1
                 continue
-            if how != "tail" and _PLAIN_INT.match(g):
-                inner = pred[7:-1].strip()  # \boxed{...}
+            if how in EXPLICIT and _PLAIN_INT.match(g):
+                inner = pred[7:-1].strip() if how == "boxed" else pred  # \boxed{...}
                 if _PLAIN_INT.match(inner):
                     self._verify_memo[key] = "correct" if int(inner) == int(g) else "wrong"
                     self.stats["verify_fast_path"] += 1

@@ -105,10 +105,19 @@ def resolve_model(spec: str | None) -> tuple[str, str]:
 
 
 def model_revision(path_or_id: str, revision: str | None = None) -> str:
-    """Content hash of a local folder (config, tokenizer, weights), or the given hub revision."""
+    """Content hash of a local folder (config, tokenizer, weights); for a hub id the given revision, else
+    the commit of its snapshot in the local Hugging Face cache, else ``"unresolved"`` (no network is asked)."""
     p = Path(path_or_id)
     if not p.is_dir():
-        return revision or "unresolved"
+        if revision:
+            return revision
+        try:
+            from huggingface_hub import snapshot_download
+
+            snap = Path(snapshot_download(path_or_id, local_files_only=True))
+            return f"hf:{snap.name}"  # snapshots/<commit sha>
+        except Exception:  # noqa: BLE001 - not cached, not a repo id, no huggingface_hub: the revision is unknown
+            return "unresolved"
     stamp = p / ".gradus_revision"
     files = sorted(f for f in p.iterdir() if f.is_file() and f.suffix in (".json", ".safetensors", ".model", ".txt"))
     key = json.dumps([(f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in files])

@@ -61,8 +61,8 @@ _FIELDS: list[tuple[str, pa.DataType, bool, str]] = [
     ("max_tokens", pa.int32(), True, "generation budget per sample"),
     ("seed", pa.int64(), True, "sampling seed"),
     ("n_correct", pa.int32(), True, "samples graded correct"),
-    ("n_graded", pa.int32(), True, "samples whose grading finished (timeouts and crashes excluded)"),
-    ("pass_rate", pa.float32(), True, "n_correct / n_graded; null when no sample could be graded"),
+    ("n_graded", pa.int32(), True, "samples with a verdict (correct, wrong, no_answer); < k if some timed out or crashed"),
+    ("pass_rate", pa.float32(), True, "n_correct / k: a timeout, crash or error counts as a failure"),
     ("correct", pa.list_(pa.bool_()), True, "per-sample correctness"),
     ("pass_rate_low", pa.float32(), True, "Wilson 95% interval, lower bound of the pass rate"),
     ("pass_rate_high", pa.float32(), True, "Wilson 95% interval, upper bound of the pass rate"),
@@ -70,7 +70,7 @@ _FIELDS: list[tuple[str, pa.DataType, bool, str]] = [
     ("response_tokens", pa.list_(pa.int32()), True, "per-sample response length in tokens"),
     ("truncated", pa.list_(pa.bool_()), True, "per-sample: stopped by max_tokens"),
     ("prompt_tokens", pa.int32(), True, "prompt length in tokens under the template"),
-    ("grader_version", pa.string(), True, "grader identity (math-verify version + gradus rules)"),
+    ("grader_version", pa.string(), True, "grader identity (math-verify, sympy, latex2sympy versions + gradus rule version)"),
 ]
 
 SCHEMA = pa.schema(

@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 
 from curate.errors import GradusError
 
-COLUMNS = ["id", "problem", "answer", "pass_rate", "n_correct", "n_graded"]
+COLUMNS = ["id", "problem", "answer", "pass_rate", "n_correct", "n_graded", "k"]
 
 
 class DataError(GradusError):
@@ -82,8 +82,9 @@ def _load(files: list[Path]) -> dict:
                 rows["answer"].append(str(ans))
                 nc = d.get("n_correct", [None] * rb.num_rows)[i]
                 ng = d.get("n_graded", [None] * rb.num_rows)[i]
+                k = d.get("k", [None] * rb.num_rows)[i]
                 rows["s_correct"].append(float(nc or 0))
-                rows["s_total"].append(float(ng or 0))
+                rows["s_total"].append(float((k if k is not None else ng) or 0))  # every sample counts (timeouts fail)
     if not rows["id"]:
         raise DataError(f"{[str(f) for f in files]}: no rows")
     return rows

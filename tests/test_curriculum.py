@@ -122,3 +122,42 @@ def test_curriculum_stages_go_easy_to_hard():
     s = select(_table(CRAFTED), None, Target.parse("uniform", BucketSpec()))
     stages = curriculum_stages(s)
     assert [(n, t.num_rows) for n, t in stages] == [("easy", 8), ("medium", 3), ("hard", 10)]
+
+
+@pytest.mark.parametrize(
+    "n_correct, n_graded, k, bucket",
+    # timeouts and crashes count as failures: 1 correct of 1 graded out of 10 is hard, not solved
+    [(1, 1, 10, "hard"), (3, 3, 10, "hard"), (5, 5, 10, "medium"), (9, 9, 10, "easy"), (10, 10, 10, "solved"),
+     (0, 4, 10, "unsolved"), (0, 0, 10, "ungraded")],
+)
+def test_buckets_count_ungraded_samples_as_failures(n_correct, n_graded, k, bucket):
+    assert bucket_of(n_correct, n_graded, k=k) == bucket
+
+
+def test_rows_with_incomplete_grading_are_reported_apart():
+    rows = _table([(2, 3, "A"), (7, 2, "A")]).to_pylist()
+    rows[0]["n_graded"] = 8  # two samples timed out
+    rows.append({"id": "to", "source": "A", "subject": "geo", "n_correct": 1, "n_graded": 1, "k": 10, "pass_rate": 0.1})
+    s = select(pa.Table.from_pylist(rows), None, Target.parse("uniform", BucketSpec()))
+    assert s.report["available_by_bucket"] == {"hard": 4, "easy": 2}
+    assert s.report["incompletely_graded_by_bucket"] == {"hard": 2}
+
+
+def test_include_ends_keeps_the_ends():
+    t = _table(CRAFTED)
+    # uniform: the ends join the balanced mix (5 buckets); without the flag they are excluded
+    plain = select(t, None, Target.parse("uniform", BucketSpec()))
+    assert plain.report["excluded"] == {"unsolved": 5, "solved": 4} and plain.report["rows_selected"] == 21
+    ends = select(t, None, Target.parse("uniform", BucketSpec()), include_ends=True)
+    assert ends.report["rows_selected"] == 30 and ends.report["excluded"] == {}
+    assert {k: v["taken"] for k, v in ends.report["by_bucket"].items()} == {
+        "unsolved": 5, "hard": 10, "medium": 3, "easy": 8, "solved": 4}
+    quota = select(t, 10, Target.parse("uniform", BucketSpec()), include_ends=True)
+    assert {k: v["asked"] for k, v in quota.report["by_bucket"].items()} == {
+        "unsolved": 2, "hard": 2, "medium": 2, "easy": 2, "solved": 2}
+    # band: pass rates 0 and 1 join the band
+    band = select(t, None, Target.parse("band:0.1-0.9", BucketSpec()), include_ends=True)
+    assert band.report["rows_selected"] == 30
+    # a custom target must give the ends a weight itself
+    with pytest.raises(SelectionError, match="give the ends a weight"):
+        select(t, None, Target.parse("hard=1,easy=1", BucketSpec()), include_ends=True)

@@ -13,7 +13,8 @@ import pytest
 
 from curate import templates
 from curate.engines import Completion, GenRequest, Sampler, SamplingConfig, sample_seed
-from curate.estimate import EstimateConfig, EstimateError, estimate, param_key, wilson
+from curate.estimate import EstimateConfig, EstimateError, estimate, param_key, store_identity, template_fingerprint, wilson
+from curate.grading import GRADER_VERSION
 from curate.pipeline import ingest
 from curate.shards import read_table
 
@@ -35,16 +36,36 @@ def test_wilson_hand_computed():
     assert (wilson(32, 64)[1] - wilson(32, 64)[0]) < (wilson(5, 10)[1] - wilson(5, 10)[0])
 
 
-def test_param_key_changes_with_every_sampling_parameter():
-    base = SamplingConfig()
-    k0 = param_key("m", "r", "chat", base)
+def _ident(model="m", rev="r", template="chat", tfp="t", s=None, timeout=5, base_url=None, grader=None):
+    return store_identity(model, rev, template, tfp, s or SamplingConfig(), timeout, base_url=base_url, grader=grader)
+
+
+def test_store_key_changes_with_everything_that_changes_a_result():
+    k0 = param_key(_ident())
     variants = [SamplingConfig(k=8), SamplingConfig(temperature=0.7), SamplingConfig(top_p=0.9),
-                SamplingConfig(max_tokens=512), SamplingConfig(seed=1)]
-    keys = {param_key("m", "r", "chat", v) for v in variants}
-    keys |= {param_key("m2", "r", "chat", base), param_key("m", "r2", "chat", base), param_key("m", "r", "r1", base),
-             param_key("m", "r", "chat", base, grader="other")}
-    assert k0 not in keys and len(keys) == 9
-    assert param_key("m", "r", "chat", SamplingConfig()) == k0
+                SamplingConfig(max_tokens=512), SamplingConfig(seed=1), SamplingConfig(max_prompt_tokens=2048)]
+    keys = {param_key(_ident(s=v)) for v in variants}
+    keys |= {param_key(_ident(model="m2")), param_key(_ident(rev="r2")), param_key(_ident(template="r1")),
+             param_key(_ident(tfp="other chat template text")), param_key(_ident(timeout=10)),
+             param_key(_ident(base_url="http://localhost:8000/v1")), param_key(_ident(grader="other"))}
+    assert k0 not in keys and len(keys) == 13
+    assert param_key(_ident()) == k0
+    # the grader identity names the parsers under math-verify as well
+    assert all(x in GRADER_VERSION for x in ("math-verify==", "sympy==", "latex2sympy2_extended==", "gradus-grading="))
+
+
+def test_template_fingerprint_sees_the_template_text_not_only_its_name():
+    class Tok:
+        def __init__(self, tpl):
+            self.chat_template = tpl
+
+        def apply_chat_template(self, msgs, tokenize=False, add_generation_prompt=True):
+            return self.chat_template.format(msgs[-1]["content"])
+
+    a, b = Tok("<u>{}</u><a>"), Tok("<user>{}</user><assistant>")
+    assert template_fingerprint("chat", a) != template_fingerprint("chat", b)
+    assert template_fingerprint("chat", a) == template_fingerprint("chat", Tok("<u>{}</u><a>"))
+    assert template_fingerprint("r1") != template_fingerprint("qwen_math")
 
 
 def test_sample_seeds_are_stable_distinct_and_31_bit():
@@ -240,3 +261,64 @@ def test_prompt_too_long_is_rejected_with_reason(tmp_path, small_input):
     assert all(r["reject_stage"] == "estimate" for r in rej)
     details = [r["reject_detail"] for r in rej if r["reject_reason"] == "prompt_too_long"]
     assert details[0] == "4 prompt tokens > max_prompt_tokens 3"
+
+
+def test_store_lookup_with_another_gold_samples_again(tmp_path, small_input):
+    # Same problem texts (same ids), other gold answers: stored verdicts graded against the old golds say
+    # nothing about the new ones. Before rows were keyed by problem + gold, all 10 were copied from the store.
+    cfg = _cfg(tmp_path)
+    estimate([small_input], tmp_path / "a", cfg, sampler=ScriptedSampler(cfg.sampling, _script(4)), progress=False)
+    src = tmp_path / "fixed.jsonl"
+    src.write_text("".join(f'{{"problem": "Compute q{i} = {i * 7}", "answer": "{i * 7 + 1}"}}\n' for i in range(10)))
+    ingest(str(src), tmp_path / "fixed", adapter="generic")
+    assert read_table(tmp_path / "fixed" / "kept")["id"].to_pylist() == read_table(small_input / "kept")["id"].to_pylist()[:10]
+    again = ScriptedSampler(cfg.sampling, _script(4))
+    m = estimate([tmp_path / "fixed"], tmp_path / "b", cfg, sampler=again, progress=False)
+    assert len(again.served) == 10 and m["this_run"]["store_hits"] == 0
+    # the script answers the number in the text, which is no longer the gold: nothing is correct now
+    assert set(read_table(tmp_path / "b" / "kept")["n_correct"].to_pylist()) == {0}
+
+
+def test_a_grader_change_reruns_the_stage_and_misses_the_store(tmp_path, small_input, monkeypatch):
+    import curate.estimate as est
+
+    cfg = _cfg(tmp_path)
+    estimate([small_input], tmp_path / "a", cfg, sampler=ScriptedSampler(cfg.sampling, _script(4)), progress=False)
+    monkeypatch.setattr(est, "GRADER_VERSION", GRADER_VERSION + ";changed")
+    # the finished stage is not "skipped" with the old verdicts: its identity names the grader
+    with pytest.raises(EstimateError, match="other inputs or settings"):
+        estimate([small_input], tmp_path / "a", cfg, sampler=ScriptedSampler(cfg.sampling, _script(4)), progress=False)
+    fresh = ScriptedSampler(cfg.sampling, _script(4))
+    m = estimate([small_input], tmp_path / "a", cfg, sampler=fresh, force=True, progress=False)
+    assert len(fresh.served) == 10 and m["this_run"]["store_hits"] == 0  # the store key names the grader too
+    assert m["config"]["grader_version"].endswith(";changed")
+
+
+def test_an_unresolved_model_revision_turns_the_store_off(tmp_path, small_input):
+    cfg = _cfg(tmp_path)
+    cfg.model_revision = None  # the scripted model path does not exist: its revision cannot be resolved
+    m = estimate([small_input], tmp_path / "a", cfg, sampler=ScriptedSampler(cfg.sampling, _script(4)), progress=False)
+    assert m["model_revision"] == "unresolved" and m["store"].startswith("off")
+    assert not list((tmp_path / "store").rglob("*.parquet"))
+
+
+def test_timeouts_count_as_failures(tmp_path, small_input):
+    # k = 4: one correct, one answer that math-verify cannot finish within the 1 s budget, one wrong, one
+    # correct. The timeout keeps its label and counts as a failure: pass rate 2/4, not 2/3 of the graded.
+    cfg = _cfg(tmp_path, grader_timeout_s=1)
+    cfg.store = None
+    tower = r"\boxed{" + "x^" * 300 + "2}"
+
+    def script(r):
+        gold = r.prompt.split("=")[-1].strip()
+        return [f"\\boxed{{{gold}}}", tower, "\\boxed{-1}", f"so \\boxed{{{gold}}}"]
+
+    m = estimate([small_input], tmp_path / "est", cfg, sampler=ScriptedSampler(cfg.sampling, script), progress=False)
+    rows = read_table(tmp_path / "est" / "kept").to_pylist()
+    for row in rows:
+        assert row["outcomes"] == ["correct", "timeout", "wrong", "correct"]
+        assert (row["n_correct"], row["n_graded"]) == (2, 3)
+        assert row["pass_rate"] == pytest.approx(0.5)
+        lo, hi = wilson(2, 4)
+        assert row["pass_rate_low"] == pytest.approx(lo, abs=1e-6) and row["pass_rate_high"] == pytest.approx(hi, abs=1e-6)
+    assert m["sample_outcomes"]["timeout"] == 10

@@ -64,7 +64,7 @@ GRADING_TABLE = [
     ("840", r"\boxed{841} no wait \boxed{840}", "correct"),  # the last box wins
     ("840", r"\boxed{840} no wait \boxed{841}", "wrong"),
     ("13", r"\boxed{\text{13}}", "correct"),
-    ("73", "The answer is **73**", "correct"),  # markdown bold stripped before parsing
+    ("73", "The answer is **73**", "correct"),  # markdown bold stripped before parsing; "answer is" anchors it
     ("73", "**Answer: 74**", "wrong"),
     ("1000", r"\boxed{1,000}", "correct"),  # thousands separator
     ("1000", r"\boxed{1{,}000}", "correct"),
@@ -82,8 +82,18 @@ GRADING_TABLE = [
     (r"4\sqrt{2}", r"\boxed{4}", "wrong"),
     (r"\frac{1}{2}", r"\boxed{\frac{1}{2}}", "correct"),
     ("2", "<answer>2</answer>", "correct"),  # the R1 template's tag
-    ("2", "so 1+1 = 2", "correct"),  # no box: math-verify's last-expression fallback
+    # the tag's text is passed as it is, not wrapped in a box (a box made these three wrong)
+    ("12", "<answer>12.</answer>", "correct"),
+    (r"\frac{1}{2}", r"<answer>$\frac{1}{2}$ cups</answer>", "correct"),
+    ("5", "<answer>The answer is 5</answer>", "correct"),
+    # no box and no tag: only an anchored answer counts, never "the last number in the text"
+    ("2", "so 1+1 = 2", "no_answer"),
+    ("7", "x = 3 so y = 7 and we get 7", "no_answer"),
+    ("5", "The final answer is $5$.", "correct"),
+    ("5", "Answer: 5", "correct"),
     ("2", "I do not know.", "no_answer"),
+    # ** between operands is not markdown bold: 2**10 must never become 210
+    ("210", r"\boxed{2**10}", "wrong"),
     ("10", r"\boxed{5+5}", "correct"),
 ]
 
@@ -124,3 +134,62 @@ def test_pathological_answer_costs_one_timeout_not_the_run():
         out = p.grade(["2", "2"], [tower, r"\boxed{2}"])
     assert out[0] == "timeout"
     assert out[1] == "correct"
+
+
+def test_replies_never_move_between_items_after_a_deadline_miss():
+    # Slow items (a tower of exponents: seconds of work) between quick ones, on 2 workers, with a per-item
+    # hard deadline of 1 s (timeout 2 s, slack -5 s): each slow item is killed on its own deadline and
+    # recorded as timeout; every quick item keeps its own verdict. Before request ids and per-item
+    # deadlines, retried chunks went to busy workers and their stale replies were read as the new items'.
+    tower = r"\boxed{" + "x^" * 300 + "2}"
+    golds = ["2", "4", "2", "6", "7", "8", "9", "2", "5"]
+    resp = [tower, r"\boxed{4}", tower, r"\boxed{6}", r"\boxed{x+7-x}", r"\boxed{\frac{16}{2}}", r"\boxed{3^2}", tower,
+            r"\boxed{\sqrt{25}}"]
+    with GradingPool(workers=2, timeout_s=2, slack_s=-5, chunk=4) as p:
+        assert p.item_deadline_s == 1
+        out = p.grade(golds, resp)
+        assert out == ["timeout", "correct", "timeout", "correct", "correct", "correct", "correct", "timeout", "correct"]
+        assert p.stats["timeouts"] == 1  # the three towers are one memoized (gold, prediction) pair
+        # the pool is healthy afterwards
+        assert p.grade(["3"], [r"\boxed{\frac{6}{2}}"]) == ["correct"]
+
+
+def test_each_item_of_a_chunk_gets_its_own_deadline():
+    # Three distinct slow items in one request: each one is killed after its own deadline, and the quick
+    # items after them are still graded (the rest of the request goes back to the queue on a fresh worker).
+    towers = [r"\boxed{" + "x^" * (300 + i) + "2}" for i in range(3)]
+    golds = ["2", "2", "2", "3", "4"]
+    with GradingPool(workers=1, timeout_s=2, slack_s=-5, chunk=8) as p:
+        out = p.grade(golds, [*towers, r"\boxed{3}", r"\boxed{2+2}"])
+    assert out == ["timeout", "timeout", "timeout", "correct", "correct"]
+    assert p.stats["timeouts"] == 3
+
+
+def test_other_problems_unboxed_solutions_are_never_graded_correct(real_data):
+    # The anchored rule on real MATH solutions (see benchmarks/grading_rule.py): (a) another problem's solution
+    # with its boxes removed, graded against this problem's gold; (b) a solution cut just before the sentence
+    # of its first box, graded against its own gold. Any "correct" is credit for an answer never given; the
+    # old any-last-expression tail rule gave 19 of 1,500 and 112 of 1,333 here.
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from grading_rule import probes
+
+    foreign, cut = probes(400)
+    with GradingPool(workers=2) as p:
+        a = p.grade([g for g, _ in foreign], [r for _, r in foreign])
+        b = p.grade([g for g, _ in cut], [r for _, r in cut])
+    assert len(foreign) == 400 and len(cut) > 300
+    assert a.count("correct") == 0 and b.count("correct") == 0
+
+
+def test_bold_is_stripped_around_text_only():
+    from curate.grading import extract_prediction, strip_bold
+
+    assert strip_bold("The answer is **73**.") == "The answer is 73."
+    assert strip_bold("**Answer:** 5") == "Answer: 5"
+    assert strip_bold(r"\boxed{2**10}") == r"\boxed{2**10}"
+    assert strip_bold("2**10 and 3**4") == "2**10 and 3**4"
+    assert extract_prediction(r"so \boxed{2**10} is **big**") == (r"\boxed{2**10}", "boxed")
+    assert extract_prediction("<answer>$\\frac{1}{2}$ cups</answer>") == ("$\\frac{1}{2}$ cups", "answer_tag")
