@@ -17,7 +17,9 @@ Loss aggregation over a ragged mask:
 - ``seq-mean-token-mean``: mean over sequences of each sequence's token mean (GRPO);
 - ``token-mean``: sum over every token of the batch / number of tokens (DAPO);
 - ``seq-mean-token-sum-norm``: sum over tokens / a constant (the generation budget), mean over
-  sequences (Dr. GRPO's unbiased normalizer).
+  sequences (Dr. GRPO's unbiased normalizer);
+- ``seq-mean-token-sum``: sum over each sequence's tokens, mean over sequences (RLOO: a sequence's
+  log-probability is the sum of its tokens', so no per-token averaging brings the length bias back).
 
 Each aggregation takes the *full batch's* sequence and token counts, so micro-batches of a gradient
 accumulation step add up to exactly the full-batch loss.
@@ -29,7 +31,7 @@ Open-Reasoner-Zero and Dr. GRPO recommend; the ``grpo`` preset keeps DeepSeekMat
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -115,6 +117,12 @@ def agg_token_mean(loss: torch.Tensor, mask: torch.Tensor, n_seqs: int, n_tokens
     return (loss * mask).sum() / max(1, n_tokens)
 
 
+@_register(AGGREGATIONS, "seq-mean-token-sum")
+def agg_seq_mean_token_sum(loss: torch.Tensor, mask: torch.Tensor, n_seqs: int, n_tokens: int, max_len: int) -> torch.Tensor:
+    """RLOO's REINFORCE objective: each sequence's log-prob is the *sum* of its tokens', averaged over sequences."""
+    return (loss * mask).sum() / max(1, n_seqs)
+
+
 @_register(AGGREGATIONS, "seq-mean-token-sum-norm")
 def agg_seq_mean_token_sum_norm(loss: torch.Tensor, mask: torch.Tensor, n_seqs: int, n_tokens: int, max_len: int) -> torch.Tensor:
     return (loss * mask).sum() / (max(1, n_seqs) * max_len)
@@ -149,9 +157,24 @@ def overlong_penalty(lengths: torch.Tensor, max_len: int, buffer: int) -> torch.
     return torch.where(lengths <= start, torch.zeros_like(soft), torch.where(lengths <= max_len, soft, -torch.ones_like(soft)))
 
 
-def dynamic_sampling_keep(rewards: torch.Tensor, atol: float = 1e-8) -> torch.Tensor:
-    """DAPO dynamic sampling: True for groups whose rewards are not all equal (they carry a gradient)."""
-    return (rewards.max(-1).values - rewards.min(-1).values) > atol
+def dynamic_sampling_keep(values: torch.Tensor, atol: float = 1e-8) -> torch.Tensor:
+    """DAPO dynamic sampling: True for groups whose values are not all equal.
+
+    DAPO (Sec. 3.2) keeps a prompt when its accuracy is neither 0 nor 1, i.e. pass ``values`` = correctness
+    (verl's DAPO recipe: ``filter_groups.metric: acc``); passing shaped rewards instead would keep an
+    all-wrong group whose lengths differ, whose only signal is the overlong penalty.
+    """
+    return (values.max(-1).values - values.min(-1).values) > atol
+
+
+def shaped_rewards(correct: list[bool], n_tokens: list[int], truncated: list[bool], has_box: list[bool], *,
+                   wrong_reward: float = 0.0, format_reward: float = 0.0, overlong: bool = False, max_len: int = 0,
+                   buffer: int = 0) -> list[float]:
+    """One group's rewards: 1 if correct else ``wrong_reward`` (DAPO: -1), + ``format_reward`` for a boxed
+    answer, + DAPO's overlong penalty on the response length when ``overlong``."""
+    pen = overlong_penalty(torch.tensor(n_tokens), max_len, buffer).tolist() if overlong else [0.0] * len(correct)
+    return [(1.0 if c else wrong_reward) + (format_reward if b else 0.0) + p
+            for c, b, p in zip(correct, has_box, pen, strict=True)]
 
 
 @dataclass(frozen=True)
@@ -164,22 +187,28 @@ class Preset:
     dynamic_sampling: bool = False
     overlong_shaping: bool = False
     mask_truncated: bool = False
+    wrong_reward: float = 0.0  # the reward of a wrong (or unanswered) completion; a right one gets 1
+    mini_batches: int = 1  # optimizer updates per rollout batch (one per mini-batch of groups), per epoch
     cite: str = ""
-    notes: dict = field(default_factory=dict)
 
 
 PRESETS = {
     "grpo": Preset("grpo", "seq-mean-token-mean", 0.2, 0.2, kl_coef=0.04,
                    cite="DeepSeekMath (Shao et al. 2024, arXiv:2402.03300): group mean/std advantages, "
-                        "per-sequence token mean, KL beta 0.04 with the k3 estimator"),
-    "dr_grpo": Preset("dr_grpo", "seq-mean-token-sum-norm", 0.2, 0.2,
+                        "per-sequence token mean, KL beta 0.04 with the k3 estimator, a single update per "
+                        "exploration stage"),
+    "dr_grpo": Preset("dr_grpo", "seq-mean-token-sum-norm", 0.2, 0.2, mini_batches=8,
                       cite="Dr. GRPO (Liu et al. 2025, arXiv:2503.20783): no std division, no length "
-                           "normalization (constant normalizer), no KL"),
-    "dapo": Preset("grpo", "token-mean", 0.2, 0.28, dynamic_sampling=True, overlong_shaping=True,
+                           "normalization (constant normalizer), no KL; its oat-zero scripts roll out 128 prompts x 8 "
+                           "and update on train batches of 128 responses: 8 updates per rollout batch"),
+    "dapo": Preset("grpo", "token-mean", 0.2, 0.28, dynamic_sampling=True, overlong_shaping=True, wrong_reward=-1.0,
+                   mini_batches=16,
                    cite="DAPO (Yu et al. 2025, arXiv:2503.14476): clip-higher eps 0.2/0.28, token-level loss, "
-                        "dynamic sampling, overlong reward shaping, no KL"),
-    "rloo": Preset("rloo", "seq-mean-token-mean", 0.2, 0.2,
-                   cite="RLOO (Ahmadian et al. 2024, arXiv:2402.14740): leave-one-out baseline, no KL here"),
+                        "dynamic sampling on accuracy, overlong reward shaping on a +1/-1 correctness reward, no KL; "
+                        "512 prompts a rollout step in mini-batches of 32: 16 updates per rollout batch"),
+    "rloo": Preset("rloo", "seq-mean-token-sum", 0.2, 0.2,
+                   cite="RLOO (Ahmadian et al. 2024, arXiv:2402.14740): leave-one-out baseline, sequence "
+                        "log-probability as the sum of its tokens', one update per batch, no KL here"),
 }
 
 

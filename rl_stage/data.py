@@ -90,6 +90,15 @@ def _load(files: list[Path]) -> dict:
     return rows
 
 
+def held_out_prompts(paths: list[str | Path], n: int, seed: int = 0) -> list[Prompt]:
+    """Up to ``n`` evaluation prompts drawn uniformly (seeded) from *every* stage of every folder in ``paths``."""
+    files = [f for _, fs in find_stages(paths) for f in fs]
+    rows = _load(files)
+    rng = np.random.default_rng(seed)
+    pick = sorted(rng.choice(len(rows["id"]), size=min(n, len(rows["id"])), replace=False).tolist())
+    return [Prompt(rows["id"][i], rows["problem"][i], rows["answer"][i]) for i in pick]
+
+
 class CurriculumSampler:
     def __init__(self, paths: list[str | Path], seed: int = 0, stage_steps: int | None = None, advance_at: float | None = None,
                  prioritized: bool = True, floor: float = 0.05):

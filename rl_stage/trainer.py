@@ -47,6 +47,64 @@ class TrainError(GradusError):
 
 
 @dataclass
+class _Seq:
+    """One completion to train on: its group, prompt and completion ids, advantage, and what was logged."""
+
+    group: int
+    prompt: list[int]
+    completion: list[int]
+    advantage: float
+    use: bool  # False: masked out of the loss (truncated, with mask_truncated)
+    engine_logp: list[float] | None
+    n_tokens: int
+    truncated: bool
+
+
+@dataclass
+class _Rollout:
+    """The groups a step trains on and what it took to collect them."""
+
+    kept: list = field(default_factory=list)  # (group, rewards, correct) with a learning signal
+    accuracy: list[float] = field(default_factory=list)  # every generated group's, dropped ones included
+    dropped: int = 0
+    gen_rounds: int = 0
+    groups_generated: int = 0
+    too_long: int = 0
+    gen_s: float = 0.0
+    reward_s: float = 0.0
+
+
+def token_logps(model, input_ids, attn, comp_mask, temperature: float, bf16: bool, device: str, want_entropy: bool = False):
+    """Per-token log-probs [B, L-1] of the next tokens under the *sampling* distribution, on completion positions.
+
+    The logits are divided by the sampling temperature before the softmax (as TRL and verl do): the rollouts
+    were drawn from softmax(logits / T), so ratios, KL and entropy must be of that policy. The vocabulary
+    projection runs only where ``comp_mask`` is set (the prompt needs no log-probs); models that post-process
+    logits (soft-capping) take the full path. ``bf16`` autocasts the forward; the result is fp32.
+    """
+    import torch
+
+    tgt = input_ids[:, 1:]
+    sel = comp_mask > 0
+    with torch.autocast(device, dtype=torch.bfloat16, enabled=bf16):
+        if getattr(model.config, "final_logit_softcapping", None):
+            logits = model(input_ids=input_ids, attention_mask=attn).logits[:, :-1][sel].float()
+        else:
+            hidden = model.base_model(input_ids=input_ids, attention_mask=attn).last_hidden_state[:, :-1]
+            logits = model.get_output_embeddings()(hidden[sel]).float()
+    logits = logits / temperature
+    logp_all = torch.log_softmax(logits, -1)
+    picked = logp_all.gather(-1, tgt[sel][:, None]).squeeze(-1)
+    logp = torch.zeros(tgt.shape, dtype=picked.dtype, device=picked.device).masked_scatter(sel, picked)
+    ent = None
+    if want_entropy:
+        with torch.no_grad():
+            e = -(logp_all.exp() * logp_all).sum(-1)
+            ent = torch.zeros(tgt.shape, dtype=e.dtype, device=e.device).masked_scatter(sel, e)
+    return logp, ent
+
+
+@dataclass
 class TrainConfig:
     data: list[str] = field(default_factory=list)  # gradus export folders (parquet) or scored shard folders
     out: str = "runs/train"
@@ -63,7 +121,9 @@ class TrainConfig:
     overlong_shaping: bool | None = None
     overlong_buffer: int | None = None  # None: max_tokens // 5 (DAPO: 4096 of 20480)
     mask_truncated: bool | None = None
+    wrong_reward: float | None = None  # reward of a wrong completion (a right one gets 1); DAPO: -1, others 0
     format_reward: float = 0.0  # added when the completion has a \boxed{} answer
+    dynamic_sampling_metric: str = "acc"  # acc | reward: what must differ inside a group (DAPO and verl: acc)
     # rollouts
     rollout_backend: str = "vllm"  # vllm | hf
     template: str = "chat"
@@ -77,14 +137,16 @@ class TrainConfig:
     # optimization
     steps: int = 100
     lr: float = 1e-6  # DAPO: constant 1e-6 after warm-up
-    warmup_steps: int = 0
+    warmup_steps: int = 0  # rollout steps of linear warm-up; our default none (short runs); DAPO warms up over 20
     weight_decay: float = 0.1  # DAPO
     adam_betas: tuple[float, float] = (0.9, 0.999)
     max_grad_norm: float = 1.0  # DAPO
     micro_batch_size: int = 8  # sequences per forward/backward
-    num_iterations: int = 1  # optimizer steps per rollout batch (mu in GRPO)
+    mini_batches: int | None = None  # optimizer updates per rollout batch (TRL steps_per_generation, verl
+    # ppo_mini_batch_size); None: the preset's; at most one per group. Updates after the first see ratio != 1.
+    num_iterations: int = 1  # epochs over the rollout batch (mu in GRPO)
     seed: int = 0
-    bf16: bool | None = None  # None: on GPU only
+    bf16: bool | None = None  # None: on GPU only. bf16 compute (autocast); master weights and AdamW stay fp32
     gradient_checkpointing: bool | None = None  # None: on GPU only
     max_bad_steps: int = 3
     # curriculum
@@ -128,6 +190,9 @@ class TrainConfig:
             "overlong_shaping": p.overlong_shaping if self.overlong_shaping is None else self.overlong_shaping,
             "overlong_buffer": self.overlong_buffer if self.overlong_buffer is not None else max(1, self.max_tokens // 5),
             "mask_truncated": p.mask_truncated if self.mask_truncated is None else self.mask_truncated,
+            "wrong_reward": p.wrong_reward if self.wrong_reward is None else self.wrong_reward,
+            "mini_batches": p.mini_batches if self.mini_batches is None else self.mini_batches,
+            "dynamic_sampling_metric": self.dynamic_sampling_metric,
             "cite": p.cite,
         }
         lookup(ADVANTAGES, d["advantage"], "advantage estimator")
@@ -142,6 +207,12 @@ class TrainConfig:
         for name in ("prompts_per_step", "group_size", "max_tokens", "steps", "micro_batch_size", "num_iterations"):
             if getattr(self, name) < 1:
                 raise TrainError(f"{name} must be >= 1")
+        if self.dynamic_sampling_metric not in ("acc", "reward"):
+            raise TrainError(f"dynamic_sampling_metric must be acc or reward, not {self.dynamic_sampling_metric!r}")
+        if self.mini_batches is not None and self.mini_batches < 1:
+            raise TrainError("mini_batches must be >= 1")
+        if self.temperature <= 0:
+            raise TrainError("temperature must be > 0: GRPO needs sampled groups (log-probs are taken at that temperature)")
         if self.group_size < 2:
             raise TrainError("group_size must be >= 2: group baselines need at least two completions")
 
@@ -164,7 +235,7 @@ class Trainer:
         from curate.engines import SamplingConfig
         from curate.grading import GradingPool
         from curate.models import ModelError, resolve_model
-        from rl_stage.data import CurriculumSampler
+        from rl_stage.data import CurriculumSampler, held_out_prompts
 
         cfg = self.cfg
         self.torch = torch
@@ -181,10 +252,12 @@ class Trainer:
             raise TrainError(f"{self.out} already holds a run: use --resume to continue it, or another out folder")
         path, self.model_name = resolve_model(cfg.model)
         load_from = str(ckpt) if ckpt else path
-        dtype = torch.bfloat16 if self.bf16 else torch.float32
+        # Precision: the policy's weights and AdamW's state are fp32 whatever ``bf16`` says; bf16 is used for
+        # compute only (autocast in the forward pass), as verl keeps its actor. A bf16 policy loses almost
+        # every update at lr 1e-6 (a bf16 weight near 0.05 moves in steps of 2e-4).
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(path)
-            self.model = AutoModelForCausalLM.from_pretrained(load_from, dtype=dtype).to(self.device)
+            self.model = AutoModelForCausalLM.from_pretrained(load_from, dtype=torch.float32).to(self.device)
         except (OSError, ValueError) as e:
             raise ModelError(f"cannot load model {load_from}: {e}") from e
         if self.tokenizer.pad_token_id is None:
@@ -192,11 +265,13 @@ class Trainer:
         if cfg.gradient_checkpointing or (cfg.gradient_checkpointing is None and self.device == "cuda"):
             self.model.gradient_checkpointing_enable()
         self.ref = None
-        if self.alg["kl_coef"] > 0:
-            self.ref = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(self.device).eval()
+        if self.alg["kl_coef"] > 0:  # frozen: bf16 storage is fine
+            ref_dtype = torch.bfloat16 if self.bf16 else torch.float32
+            self.ref = AutoModelForCausalLM.from_pretrained(path, dtype=ref_dtype).to(self.device).eval()
             for p in self.ref.parameters():
                 p.requires_grad_(False)
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=cfg.lr, betas=cfg.adam_betas, weight_decay=cfg.weight_decay)
+        # the schedule advances once per rollout step (the unit DAPO's 20-step warm-up counts in), not per update
         warm = max(0, cfg.warmup_steps)
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lambda s: min(1.0, (s + 1) / warm) if warm else 1.0)
         stage_steps = cfg.stage_steps
@@ -205,10 +280,7 @@ class Trainer:
         if stage_steps is None and len(self.sampler.stages) > 1:
             stage_steps = max(1, cfg.steps // len(self.sampler.stages))
         self.sampler.stage_steps = stage_steps
-        self.eval_prompts = []
-        if cfg.eval_data:
-            ev = CurriculumSampler(cfg.eval_data, seed=cfg.seed + 1, prioritized=False)
-            self.eval_prompts = ev.sample(min(cfg.eval_prompts, len(ev.rows["id"])))
+        self.eval_prompts = held_out_prompts(cfg.eval_data, cfg.eval_prompts, seed=cfg.seed + 1) if cfg.eval_data else []
         self.scfg = SamplingConfig(k=cfg.group_size, temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens,
                                    seed=cfg.seed, max_prompt_tokens=cfg.max_prompt_tokens)
         self.grader = GradingPool().start()
@@ -226,7 +298,10 @@ class Trainer:
         from curate.engines import HFSampler, VLLMSampler
 
         if self.cfg.rollout_backend == "vllm":
-            self.engine = VLLMSampler(path, self.scfg, model_name=self.model_name, dtype="bfloat16" if self.bf16 else None)
+            # processed log-probs: after temperature scaling, i.e. of the distribution that was sampled (vLLM's
+            # default returns the raw model's), so the rollout/trainer mismatch check compares like with like
+            self.engine = VLLMSampler(path, self.scfg, model_name=self.model_name, dtype="bfloat16" if self.bf16 else None,
+                                      logprobs_mode="processed_logprobs")
         else:
             self.engine = HFSampler(path, self.scfg, model_name=self.model_name, model=self.model, tokenizer=self.tokenizer,
                                     batch_prompts=self.cfg.prompts_per_step)
@@ -265,212 +340,257 @@ class Trainer:
         return [(p, r.prompt_ids, res[r.id]) for p, r in zip(ok, reqs, strict=True)], len(prompts) - len(ok)
 
     def _rewards(self, groups) -> tuple[list[list[float]], list[list[bool]]]:
-        from curate.grading import extract_prediction
+        """Shaped rewards and correctness per group. A completion cut off before any explicit answer is wrong
+        without grading (``cut_off_unanswered``); a grading timeout or crash is wrong too (not "skipped")."""
+        from curate.grading import EXPLICIT, cut_off_unanswered, extract_prediction
+        from rl_stage.algorithms import shaped_rewards
 
         golds, texts, slots = [], [], []
         correct = [[False] * len(c) for _, _, c in groups]
         for gi, (p, _, comps) in enumerate(groups):
             for j, c in enumerate(comps):
-                if c.truncated and extract_prediction(c.text)[1] == "tail":
-                    continue  # cut off before any answer
+                if cut_off_unanswered(c.text, c.truncated):
+                    continue
                 golds.append(p.answer)
                 texts.append(c.text)
                 slots.append((gi, j))
         for (gi, j), o in zip(slots, self.grader.grade(golds, texts), strict=True):
             correct[gi][j] = o == "correct"
-        rewards = []
-        for gi, (_, _, comps) in enumerate(groups):
-            r = []
-            for j, c in enumerate(comps):
-                v = 1.0 if correct[gi][j] else 0.0
-                if self.cfg.format_reward and extract_prediction(c.text)[1] == "boxed":
-                    v += self.cfg.format_reward
-                if self.alg["overlong_shaping"]:
-                    import torch
-
-                    from rl_stage.algorithms import overlong_penalty
-
-                    v += float(overlong_penalty(torch.tensor([c.n_tokens]), self.cfg.max_tokens, self.alg["overlong_buffer"])[0])
-                r.append(v)
-            rewards.append(r)
+        alg = self.alg
+        rewards = [
+            shaped_rewards(correct[gi], [c.n_tokens for c in comps], [c.truncated for c in comps],
+                           [bool(self.cfg.format_reward) and extract_prediction(c.text)[1] in EXPLICIT for c in comps],
+                           wrong_reward=alg["wrong_reward"], format_reward=self.cfg.format_reward,
+                           overlong=alg["overlong_shaping"], max_len=self.cfg.max_tokens, buffer=alg["overlong_buffer"])
+            for gi, (_, _, comps) in enumerate(groups)
+        ]
         return rewards, correct
 
-    # ---- the step ----------------------------------------------------------------------------------
+    # ---- the step: rollout, reward, advantages, update, push -----------------------------------------
     def _logps(self, model, input_ids, attn, comp_mask, want_entropy=False):
-        """Per-token log-probs [B, L-1] of the next tokens, computed on completion positions only.
+        return token_logps(model, input_ids, attn, comp_mask, self.cfg.temperature, self.bf16, self.device, want_entropy)
 
-        The vocabulary projection and softmax (49k wide for SmolLM2) run only where ``comp_mask`` is set:
-        the prompt positions need no log-probs. Models that post-process logits (soft-capping) take the
-        full path.
-        """
-        torch = self.torch
-        tgt = input_ids[:, 1:]
-        sel = comp_mask > 0
-        with torch.autocast(self.device, dtype=torch.bfloat16, enabled=self.bf16):
-            if getattr(model.config, "final_logit_softcapping", None):
-                logits = model(input_ids=input_ids, attention_mask=attn).logits[:, :-1][sel].float()
-            else:
-                hidden = model.base_model(input_ids=input_ids, attention_mask=attn).last_hidden_state[:, :-1]
-                logits = model.get_output_embeddings()(hidden[sel]).float()
-        logp_all = torch.log_softmax(logits, -1)
-        picked = logp_all.gather(-1, tgt[sel][:, None]).squeeze(-1)
-        logp = torch.zeros(tgt.shape, dtype=picked.dtype, device=picked.device).masked_scatter(sel, picked)
-        ent = None
-        if want_entropy:
-            with torch.no_grad():
-                e = -(logp_all.exp() * logp_all).sum(-1)
-                ent = torch.zeros(tgt.shape, dtype=e.dtype, device=e.device).masked_scatter(sel, e)
-        return logp, ent
-
-    def _batch(self, seqs):
+    def _batch(self, seqs: list[_Seq]):
         """Right-padded input ids, attention and completion masks (aligned to next-token targets)."""
         torch = self.torch
-        L = max(len(p) + len(c) for p, c, _ in seqs)
+        L = max(len(q.prompt) + len(q.completion) for q in seqs)
         ids = torch.full((len(seqs), L), self.tokenizer.pad_token_id, dtype=torch.long)
         attn = torch.zeros((len(seqs), L), dtype=torch.long)
         cm = torch.zeros((len(seqs), L - 1), dtype=torch.float32)
-        for i, (p, c, use) in enumerate(seqs):
-            n = len(p) + len(c)
-            ids[i, :n] = torch.tensor(p + c)
+        for i, q in enumerate(seqs):
+            n = len(q.prompt) + len(q.completion)
+            ids[i, :n] = torch.tensor(q.prompt + q.completion)
             attn[i, :n] = 1
-            if use:
-                cm[i, len(p) - 1 : n - 1] = 1.0
+            if q.use:
+                cm[i, len(q.prompt) - 1 : n - 1] = 1.0
         return ids.to(self.device), attn.to(self.device), cm.to(self.device)
 
-    def train_step(self) -> dict:
-        torch, cfg, alg = self.torch, self.cfg, self.alg
-        from rl_stage.algorithms import ADVANTAGES, aggregate, clipped_policy_loss, dynamic_sampling_keep, kl_k3
+    def _rollout(self) -> _Rollout:
+        """Generate and reward groups until ``prompts_per_step`` carry a learning signal (DAPO's dynamic
+        sampling, at most ``max_gen_batches`` rounds) or, without dynamic sampling, one round."""
+        import torch
 
-        t0 = time.perf_counter()
-        kept, dropped_groups, too_long, gen_rounds, all_groups = [], 0, 0, 0, 0
-        gen_s = reward_s = 0.0
-        acc_all = []
-        while len(kept) < cfg.prompts_per_step and gen_rounds < (cfg.max_gen_batches if alg["dynamic_sampling"] else 1):
-            need = cfg.prompts_per_step - len(kept)
-            prompts = self.sampler.sample(need)
+        from rl_stage import algorithms
+
+        cfg, alg = self.cfg, self.alg
+        ro = _Rollout()
+        rounds = cfg.max_gen_batches if alg["dynamic_sampling"] else 1
+        while len(ro.kept) < cfg.prompts_per_step and ro.gen_rounds < rounds:
+            prompts = self.sampler.sample(cfg.prompts_per_step - len(ro.kept))
             tg = time.perf_counter()
-            groups, n_long = self._generate(prompts, f"{self.step}/{gen_rounds}")
-            gen_s += time.perf_counter() - tg
-            too_long += n_long
+            groups, n_long = self._generate(prompts, f"{self.step}/{ro.gen_rounds}")
+            ro.gen_s += time.perf_counter() - tg
+            ro.too_long += n_long
             tr = time.perf_counter()
             rewards, correct = self._rewards(groups)
-            reward_s += time.perf_counter() - tr
-            gen_rounds += 1
-            all_groups += len(groups)
+            ro.reward_s += time.perf_counter() - tr
+            ro.gen_rounds += 1
+            ro.groups_generated += len(groups)
             for g, r, c in zip(groups, rewards, correct, strict=True):
                 self.sampler.update(g[0].id, sum(c), len(c))
-                acc_all.append(sum(c) / len(c))
-                rt = torch.tensor([r])
-                if alg["dynamic_sampling"] and not bool(dynamic_sampling_keep(rt)[0]):
-                    dropped_groups += 1
+                ro.accuracy.append(sum(c) / len(c))
+                signal = [float(x) for x in c] if alg["dynamic_sampling_metric"] == "acc" else r
+                if alg["dynamic_sampling"] and not bool(algorithms.dynamic_sampling_keep(torch.tensor([signal]))[0]):
+                    ro.dropped += 1
                     continue
-                kept.append((g, r, c))
-        kept = kept[: cfg.prompts_per_step]
-        metrics = {"step": self.step + 1, "stage": self.sampler.stage_name, "groups": len(kept), "groups_generated": all_groups,
-                   "dropped_groups": dropped_groups, "gen_rounds": gen_rounds, "prompts_too_long": too_long,
-                   "accuracy": float(np.mean(acc_all)) if acc_all else None}
-        if not kept:
-            metrics.update({"skipped": "no group with a learning signal", "time/generate_s": round(gen_s, 3),
-                            "time/reward_s": round(reward_s, 3)})
-            return metrics
-        R = torch.tensor([r for _, r, _ in kept], dtype=torch.float32)
-        adv = ADVANTAGES[alg["advantage"]](R)
-        seqs, seq_adv, eng_lp, lengths, truncs = [], [], [], [], []
+                ro.kept.append((g, r, c))
+        ro.kept = ro.kept[: cfg.prompts_per_step]
+        return ro
+
+    def _sequences(self, kept) -> tuple[list[_Seq], object]:
+        """Group advantages, then one ``_Seq`` per completion (groups stay contiguous)."""
+        from rl_stage import algorithms
+
+        R = self.torch.tensor([r for _, r, _ in kept], dtype=self.torch.float32)
+        adv = algorithms.ADVANTAGES[self.alg["advantage"]](R)
+        seqs = []
         for gi, ((_, pids, comps), _, _) in enumerate(kept):
             for j, c in enumerate(comps):
-                use = not (alg["mask_truncated"] and c.truncated)
-                seqs.append((list(pids), list(c.token_ids), use))
-                seq_adv.append(float(adv[gi, j]))
-                eng_lp.append(c.logprobs)
-                lengths.append(c.n_tokens)
-                truncs.append(c.truncated)
-        n_seqs = len(seqs)
-        n_tokens = sum(len(c) for _, c, u in seqs if u)
-        mb = cfg.micro_batch_size
-        tt = time.perf_counter()
-        self.model.train()
-        # old (rollout-time) log-probs from the trainer, needed only for several updates per batch (with one,
-        # the ratio is 1 and the first pass's detached log-probs serve); the reference's when KL is on
-        old, ref, mismatch = [None] * len(range(0, n_seqs, mb)), [], []
+                seqs.append(_Seq(gi, list(pids), list(c.token_ids), float(adv[gi, j]),
+                                 not (self.alg["mask_truncated"] and c.truncated), c.logprobs, c.n_tokens, c.truncated))
+        return seqs, (R, adv)
 
-        def track_mismatch(s, lp):
-            for i, e in enumerate(eng_lp[s : s + mb]):
-                if e:
-                    p0 = len(seqs[s + i][0]) - 1
-                    t = lp[i, p0 : p0 + len(e)].detach().cpu()
-                    mismatch.append(float((t - torch.tensor(e)).abs().mean()))
+    def _mini_batches(self, seqs: list[_Seq]) -> list[list[int]]:
+        """Sequence positions of each mini-batch: ``mini_batches`` slices of whole groups (at most one per group)."""
+        n_groups = seqs[-1].group + 1
+        n = max(1, min(self.alg["mini_batches"], n_groups))
+        bounds = np.array_split(np.arange(n_groups), n)
+        return [[i for i, q in enumerate(seqs) if q.group in set(b.tolist())] for b in bounds]
 
+    def _micro(self, minis: list[list[int]]):
+        """(mini-batch index, micro-batch start, positions) in update order: the same grid for every pass."""
+        mb = self.cfg.micro_batch_size
+        for m, mini in enumerate(minis):
+            for s in range(0, len(mini), mb):
+                yield m, s, mini[s : s + mb]
+
+    def _reference_passes(self, seqs: list[_Seq], minis: list[list[int]], need_old: bool) -> tuple[dict, dict, list[float]]:
+        """Log-probs before any update: the sampling policy's (when a later update needs a ratio against it)
+        and the reference model's (KL); and the rollout/trainer mismatch on unmasked sequences."""
+        torch = self.torch
+        old, ref, mismatch = {}, {}, []
+        if not need_old and self.ref is None:
+            return old, ref, mismatch
         with torch.no_grad():
-            for bi, s in enumerate(range(0, n_seqs, mb)):
-                if cfg.num_iterations == 1 and self.ref is None:
-                    break
-                ids, attn, cm = self._batch(seqs[s : s + mb])
-                if cfg.num_iterations > 1:
-                    old[bi], _ = self._logps(self.model, ids, attn, cm)
-                    track_mismatch(s, old[bi])
+            for m, s, pos in self._micro(minis):
+                part = [seqs[i] for i in pos]
+                ids, attn, cm = self._batch(part)
+                if need_old:
+                    old[m, s] = self._logps(self.model, ids, attn, cm)[0]
+                    mismatch += self._mismatch(part, old[m, s])
                 if self.ref is not None:
-                    ref.append(self._logps(self.ref, ids, attn, cm)[0])
-        stats = {"loss": 0.0, "clip_low": 0.0, "clip_high": 0.0, "kl": 0.0, "entropy": 0.0, "tokens": 0.0}
-        skipped = None
-        grad_norm = None
-        for it in range(cfg.num_iterations):
-            self.opt.zero_grad(set_to_none=True)
-            loss_total = 0.0
-            for bi, s in enumerate(range(0, n_seqs, mb)):
-                ids, attn, cm = self._batch(seqs[s : s + mb])
-                lp, ent = self._logps(self.model, ids, attn, cm, want_entropy=True)
-                if old[bi] is None:  # one update per batch: the policy that sampled is this one
-                    old[bi] = lp.detach()
-                    if it == 0:
-                        track_mismatch(s, old[bi])
-                a = torch.tensor(seq_adv[s : s + mb], device=self.device)
-                pl, info = clipped_policy_loss(lp, old[bi], a, alg["eps_low"], alg["eps_high"], alg["dual_clip"])
-                tok_loss = pl
-                if self.ref is not None:
-                    kl = kl_k3(lp, ref[bi])
-                    tok_loss = tok_loss + alg["kl_coef"] * kl
-                    stats["kl"] += float((kl * cm).sum())
-                loss = aggregate(alg["aggregation"], tok_loss, cm, n_seqs=n_seqs, n_tokens=max(1, n_tokens),
-                                 max_len=cfg.max_tokens)
-                if not torch.isfinite(loss):
-                    skipped = "non-finite loss"
-                    break
-                loss.backward()
-                loss_total += loss.item()
-                stats["clip_low"] += float((info["clip_low"] * cm).sum())
-                stats["clip_high"] += float((info["clip_high"] * cm).sum())
-                stats["entropy"] += float((ent * cm).sum())
-                stats["tokens"] += float(cm.sum())
-            if skipped is None:
-                grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm))
-                if not math.isfinite(grad_norm):
-                    skipped = "non-finite gradient"
-            if skipped is not None:
+                    ref[m, s] = self._logps(self.ref, ids, attn, cm)[0]
+        return old, ref, mismatch
+
+    def _mismatch(self, part: list[_Seq], lp) -> list[float]:
+        out = []
+        for i, q in enumerate(part):
+            if q.engine_logp and q.use:
+                p0 = len(q.prompt) - 1
+                t = lp[i, p0 : p0 + len(q.engine_logp)].detach().float().cpu()
+                out.append(float((t - self.torch.tensor(q.engine_logp)).abs().mean()))
+        return out
+
+    def _update(self, seqs: list[_Seq]) -> dict:
+        """``num_iterations`` epochs of one optimizer update per mini-batch, micro-batches accumulated.
+
+        Each mini-batch is its own loss (aggregated with its own sequence and token counts, as verl and TRL
+        do). With one update per rollout batch the sampling policy is the current one, so the first pass's
+        detached log-probs serve as the old ones; otherwise they come from a no-grad pass before any update.
+        A non-finite loss or gradient stops this step's updates; updates already made stay (and are pushed).
+        """
+        torch, cfg, alg = self.torch, self.cfg, self.alg
+        from rl_stage import algorithms
+
+        minis = self._mini_batches(seqs)
+        need_old = len(minis) > 1 or cfg.num_iterations > 1
+        old, ref, mismatch = self._reference_passes(seqs, minis, need_old)
+        st = {"loss": 0.0, "clip_low": 0.0, "clip_high": 0.0, "kl": 0.0, "entropy": 0.0, "tokens": 0.0,
+              "ratio_dev_max": 0.0, "updates": 0, "skipped": None, "grad_norm": None}
+        self.model.train()
+        for epoch in range(cfg.num_iterations):
+            for m, mini in enumerate(minis):
+                n_seqs = len(mini)
+                n_tokens = max(1, sum(len(seqs[i].completion) for i in mini if seqs[i].use))
                 self.opt.zero_grad(set_to_none=True)
+                loss_total = 0.0
+                for _, s, pos in self._micro([mini]):
+                    part = [seqs[i] for i in pos]
+                    ids, attn, cm = self._batch(part)
+                    lp, ent = self._logps(self.model, ids, attn, cm, want_entropy=True)
+                    if need_old:
+                        old_lp = old[m, s]
+                    else:  # one update per batch: the policy that sampled is this one
+                        old_lp = lp.detach()
+                        if epoch == 0:
+                            mismatch += self._mismatch(part, old_lp)
+                    a = torch.tensor([q.advantage for q in part], device=self.device)
+                    pl, info = algorithms.clipped_policy_loss(lp, old_lp, a, alg["eps_low"], alg["eps_high"], alg["dual_clip"])
+                    tok_loss = pl
+                    if self.ref is not None:
+                        kl = algorithms.kl_k3(lp, ref[m, s])
+                        tok_loss = tok_loss + alg["kl_coef"] * kl
+                        st["kl"] += float((kl * cm).sum())
+                    loss = algorithms.aggregate(alg["aggregation"], tok_loss, cm, n_seqs=n_seqs, n_tokens=n_tokens,
+                                                max_len=cfg.max_tokens)
+                    if not torch.isfinite(loss):
+                        st["skipped"] = "non-finite loss"
+                        break
+                    loss.backward()
+                    loss_total += loss.item()
+                    with torch.no_grad():
+                        dev = ((lp - old_lp).exp() - 1).abs() * cm
+                        st["ratio_dev_max"] = max(st["ratio_dev_max"], float(dev.max()) if dev.numel() else 0.0)
+                    st["clip_low"] += float((info["clip_low"] * cm).sum())
+                    st["clip_high"] += float((info["clip_high"] * cm).sum())
+                    st["entropy"] += float((ent * cm).sum())
+                    st["tokens"] += float(cm.sum())
+                if st["skipped"] is None:
+                    gn = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm))
+                    if math.isfinite(gn):
+                        st["grad_norm"] = gn
+                    else:
+                        st["skipped"] = "non-finite gradient"
+                if st["skipped"] is not None:
+                    self.opt.zero_grad(set_to_none=True)
+                    break
+                self.opt.step()
+                st["updates"] += 1
+                st["loss"] += loss_total
+            if st["skipped"] is not None:
                 break
-            self.opt.step()
+        if st["updates"]:
+            st["loss"] /= st["updates"]
+        st["mismatch"] = mismatch
+        return st
+
+    def _advance_schedule(self) -> None:
+        """One schedule step per rollout step, also when no update ran (torch warns about that order)."""
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
             self.sched.step()
-            stats["loss"] = loss_total
+
+    def train_step(self) -> dict:
+        """One rollout step: rollout (+ dynamic sampling) -> rewards -> advantages -> updates -> weight push."""
+        t0 = time.perf_counter()
+        ro = self._rollout()
+        metrics = {"step": self.step + 1, "stage": self.sampler.stage_name, "groups": len(ro.kept),
+                   "groups_generated": ro.groups_generated, "dropped_groups": ro.dropped, "gen_rounds": ro.gen_rounds,
+                   "prompts_too_long": ro.too_long, "accuracy": float(np.mean(ro.accuracy)) if ro.accuracy else None}
+        lr = self.sched.get_last_lr()[0]  # the rate this step's updates use
+        if not ro.kept:
+            metrics.update({"skipped": "no group with a learning signal", "lr": lr, "time/generate_s": round(ro.gen_s, 3),
+                            "time/reward_s": round(ro.reward_s, 3)})
+            self._advance_schedule()
+            return metrics
+        seqs, (R, adv) = self._sequences(ro.kept)
+        tt = time.perf_counter()
+        st = self._update(seqs)
         train_s = time.perf_counter() - tt
-        push_s = self._push() if skipped is None else 0.0
-        tok = max(1.0, stats["tokens"])
+        self._advance_schedule()
+        push_s = self._push() if st["updates"] else 0.0  # weights changed: the engine must sample from them
+        tok = max(1.0, st["tokens"])
         adv_flat = adv.flatten()
+        lengths = [q.n_tokens for q in seqs]
         metrics.update({
             "reward": float(R.mean()), "reward_std": float(R.std()) if R.numel() > 1 else 0.0,
-            "accuracy_kept": float(np.mean([sum(c) / len(c) for _, _, c in kept])),
+            "accuracy_kept": float(np.mean([sum(c) / len(c) for _, _, c in ro.kept])),
             "adv_mean": float(adv_flat.mean()), "adv_std": float(adv_flat.std()) if adv_flat.numel() > 1 else 0.0,
             "adv_abs_max": float(adv_flat.abs().max()),
-            "loss": stats["loss"], "grad_norm": grad_norm, "lr": self.sched.get_last_lr()[0],
-            "clip_frac_low": stats["clip_low"] / tok, "clip_frac_high": stats["clip_high"] / tok,
-            "kl": stats["kl"] / tok if self.ref is not None else None, "entropy": stats["entropy"] / tok,
-            "response_length": float(np.mean(lengths)), "truncation_rate": float(np.mean(truncs)),
-            "rollout_logp_abs_diff": float(np.mean(mismatch)) if mismatch else None,
-            "time/generate_s": round(gen_s, 3), "time/reward_s": round(reward_s, 3), "time/train_s": round(train_s, 3),
+            "loss": st["loss"], "grad_norm": st["grad_norm"], "lr": lr, "updates": st["updates"],
+            "clip_frac_low": st["clip_low"] / tok, "clip_frac_high": st["clip_high"] / tok,
+            "ratio_abs_dev_max": st["ratio_dev_max"],
+            "kl": st["kl"] / tok if self.ref is not None else None, "entropy": st["entropy"] / tok,
+            "response_length": float(np.mean(lengths)), "truncation_rate": float(np.mean([q.truncated for q in seqs])),
+            "rollout_logp_abs_diff": float(np.mean(st["mismatch"])) if st["mismatch"] else None,
+            "time/generate_s": round(ro.gen_s, 3), "time/reward_s": round(ro.reward_s, 3), "time/train_s": round(train_s, 3),
             "time/push_s": round(push_s, 3), "time/step_s": round(time.perf_counter() - t0, 3),
             "tokens_generated": int(sum(lengths)),
         })
-        if skipped:
-            metrics["skipped"] = skipped
+        if st["skipped"]:
+            metrics["skipped"] = st["skipped"]
         return metrics
 
     # ---- evaluation --------------------------------------------------------------------------------

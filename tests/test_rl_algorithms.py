@@ -17,6 +17,7 @@ from rl_stage.algorithms import (
     lookup,
     overlong_penalty,
     preset,
+    shaped_rewards,
 )
 
 R = torch.tensor([[1.0, 0.0, 0.0, 1.0]])
@@ -42,7 +43,7 @@ def test_unknown_names_list_the_valid_ones():
         lookup(ADVANTAGES, "ppo", "advantage estimator")
     with pytest.raises(ValueError, match="valid: dapo, dr_grpo, grpo, rloo"):
         preset("sac")
-    with pytest.raises(ValueError, match="valid: seq-mean-token-mean, seq-mean-token-sum-norm, token-mean"):
+    with pytest.raises(ValueError, match="valid: seq-mean-token-mean, seq-mean-token-sum, seq-mean-token-sum-norm, token-mean"):
         aggregate("mean", torch.zeros(1, 1), torch.ones(1, 1))
 
 
@@ -97,3 +98,45 @@ def test_presets_are_the_published_combinations():
     assert PRESETS["dapo"].dynamic_sampling and PRESETS["dapo"].overlong_shaping and PRESETS["dapo"].kl_coef == 0
     assert (PRESETS["dr_grpo"].advantage, PRESETS["dr_grpo"].aggregation) == ("dr_grpo", "seq-mean-token-sum-norm")
     assert PRESETS["grpo"].kl_coef == 0.04 and PRESETS["rloo"].advantage == "rloo"
+
+
+def test_rloo_sums_token_losses_per_sequence():
+    # per-sequence sums 1+2+3 = 6 and 4, mean over the 2 sequences = 5 (a per-token mean would give (2 + 4) / 2 = 3)
+    loss = torch.tensor([[1.0, 2.0, 3.0], [4.0, 0.0, 0.0]])
+    mask = torch.tensor([[1, 1, 1], [1, 0, 0]])
+    assert aggregate("seq-mean-token-sum", loss, mask).item() == pytest.approx(5.0)
+    parts = sum(aggregate("seq-mean-token-sum", loss[i : i + 1], mask[i : i + 1], n_seqs=2) for i in range(2))
+    assert parts.item() == pytest.approx(5.0)
+    assert PRESETS["rloo"].aggregation == "seq-mean-token-sum"
+
+
+def test_dapo_rewards_and_advantages_of_a_hand_worked_group():
+    # max_tokens 20, overlong buffer 4 (penalty 0 up to 16 tokens, -1 at 20). DAPO scores correctness +1/-1:
+    #   right, 10 tokens: +1; wrong, 10 tokens: -1; right, 18 tokens: 1 - 0.5 = 0.5; wrong, cut at 20: -1 - 1 = -2
+    p = PRESETS["dapo"]
+    r = shaped_rewards([True, False, True, False], [10, 10, 18, 20], [False, False, False, True], [True] * 4,
+                       wrong_reward=p.wrong_reward, overlong=p.overlong_shaping, max_len=20, buffer=4)
+    assert r == pytest.approx([1.0, -1.0, 0.5, -2.0])
+    # GRPO advantages: mean -0.375; deviations 1.375, -0.625, 0.875, -1.625; unbiased var 5.6875 / 3 = 1.895833
+    adv = ADVANTAGES[p.advantage](torch.tensor([r]))[0].tolist()
+    std = math.sqrt(5.6875 / 3)
+    assert adv == pytest.approx([1.375 / std, -0.625 / std, 0.875 / std, -1.625 / std], abs=1e-5)
+    assert adv == pytest.approx([0.99862, -0.45392, 0.63549, -1.18020], abs=1e-4)
+    # the other presets keep 1/0 and no shaping
+    assert shaped_rewards([True, False], [5, 5], [False, False], [True, True]) == [1.0, 0.0]
+
+
+def test_dynamic_sampling_filters_on_accuracy_not_shaped_reward():
+    # an all-wrong group whose lengths differ: its shaped rewards differ only by the overlong penalty
+    correct = [False, False, False, False]
+    r = shaped_rewards(correct, [10, 17, 19, 20], [False] * 3 + [True], [False] * 4, wrong_reward=-1.0, overlong=True,
+                       max_len=20, buffer=4)
+    assert len(set(r)) > 1
+    assert dynamic_sampling_keep(torch.tensor([r])).tolist() == [True]  # on reward it would be trained on
+    assert dynamic_sampling_keep(torch.tensor([[float(c) for c in correct]])).tolist() == [False]  # on accuracy: dropped
+
+
+def test_presets_update_several_times_per_rollout_batch_as_published():
+    assert (PRESETS["dapo"].mini_batches, PRESETS["dr_grpo"].mini_batches) == (16, 8)
+    assert (PRESETS["grpo"].mini_batches, PRESETS["rloo"].mini_batches) == (1, 1)
+    assert PRESETS["dapo"].wrong_reward == -1.0 and PRESETS["grpo"].wrong_reward == 0.0

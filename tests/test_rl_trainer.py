@@ -97,6 +97,9 @@ def test_resume_continues_exactly(export_dir, tmp_path):
     ma, mb = _metrics(tmp_path / "full"), _metrics(tmp_path / "half")
     assert [m["step"] for m in ma] == [1, 2, 3, 4] and ma == mb
     assert any(m.get("grad_norm") for m in ma)  # the runs did train: rewards differed inside groups
+    # dr_grpo updates once per mini-batch (8 in the preset, at most one per group: 2 here); the second update
+    # sees a ratio that is no longer 1, so clipping can act
+    assert all(m["updates"] == 2 for m in ma) and any(m["ratio_abs_dev_max"] > 0 for m in ma)
     # the checkpoint loads in transformers as a plain model folder
     from transformers import AutoModelForCausalLM
 
@@ -140,3 +143,76 @@ def test_bad_input_is_a_clear_error(export_dir, tmp_path):
     cfg.write_text(json.dumps({"data": [str(export_dir)], "learning_rate": 1}))
     with pytest.raises(TrainError, match="unknown setting"):
         TrainConfig.load(cfg)
+
+
+def test_bf16_compute_keeps_fp32_master_weights_and_mini_batches_update_twice(export_dir, tmp_path):
+    # bf16 on CPU (autocast works there): the policy and AdamW stay fp32, so one step at lr 1e-6 moves nearly
+    # every weight (a bf16 policy kept 0.39% of them moving in the audit). Two mini-batches make two updates.
+    # Warm-up over 2 rollout steps: step 1 logs half the lr (the rate its updates used).
+    import torch
+    from safetensors.torch import load_file
+
+    from curate.models import resolve_model
+    from rl_stage.trainer import Trainer
+
+    cfg = _cfg(export_dir, tmp_path / "bf16", bf16=True, weight_decay=0.0, lr=1e-6, steps=1, save_every=1,
+               mini_batches=2, warmup_steps=2)
+    t = Trainer(cfg)
+    (m,) = t.run(progress=False)
+    assert all(p.dtype == torch.float32 for p in t.model.parameters())
+    assert m["updates"] == 2
+    assert m["lr"] == pytest.approx(0.5e-6)
+    before = load_file(f"{resolve_model(None)[0]}/model.safetensors")
+    _, after = _params(tmp_path / "bf16")
+    changed = sum(int((before[k] != after[k]).sum()) for k in after)
+    total = sum(v.numel() for v in after.values())
+    assert changed / total > 0.9, changed / total
+
+
+def test_log_probs_are_those_of_the_sampling_temperature():
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from curate.models import resolve_model
+    from rl_stage.trainer import token_logps
+
+    path, _ = resolve_model(None)
+    tok = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    ids = torch.tensor([tok("What is 2+3? The answer is 5, since two plus three is five.")["input_ids"]])
+    mask = torch.zeros(1, ids.shape[1] - 1)
+    mask[0, 5:] = 1
+    with torch.no_grad():
+        lp, ent = token_logps(model, ids, torch.ones_like(ids), mask, 0.6, False, "cpu", want_entropy=True)
+        logits = model(input_ids=ids).logits[:, :-1] / 0.6
+        want = torch.log_softmax(logits, -1).gather(-1, ids[:, 1:, None]).squeeze(-1) * mask
+        raw = torch.log_softmax(logits * 0.6, -1).gather(-1, ids[:, 1:, None]).squeeze(-1) * mask
+    assert torch.allclose(lp, want, atol=1e-5)
+    assert (lp - raw).abs().sum() / mask.sum() > 0.05  # the untempered log-probs are another policy's
+    p = torch.softmax(logits, -1)
+    assert torch.allclose(ent[0, 5:], -(p * p.log()).sum(-1)[0, 5:], atol=1e-4)
+
+
+def test_vllm_rollouts_and_trainer_agree_on_log_probs_at_temperature_0_6(export_dir, tmp_path):
+    # vLLM returns the processed (tempered) log-probs of what it sampled; the trainer divides by the same T.
+    # Before both, the trainer's log-probs were 0.37 nats/token off the sampling policy at T = 0.6.
+    pytest.importorskip("vllm")
+    from rl_stage.trainer import Trainer
+
+    cfg = _cfg(export_dir, tmp_path / "vl", rollout_backend="vllm", temperature=0.6, steps=1, save_every=1,
+               mini_batches=1)
+    (m,) = Trainer(cfg).run(progress=False)
+    assert m["rollout_logp_abs_diff"] is not None and m["rollout_logp_abs_diff"] < 1e-3, m["rollout_logp_abs_diff"]
+
+
+def test_evaluation_reads_every_eval_folder(tmp_path):
+    from rl_stage.data import held_out_prompts
+
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        pq.write_table(pa.table({"id": [f"{name}{i}" for i in range(20)], "problem": ["p"] * 20, "answer": ["1"] * 20}),
+                       tmp_path / name / "s.parquet")
+    got = held_out_prompts([str(tmp_path / "a"), str(tmp_path / "b")], 40)
+    assert sorted(p.id for p in got) == sorted([f"a{i}" for i in range(20)] + [f"b{i}" for i in range(20)])
+    few = held_out_prompts([str(tmp_path / "a"), str(tmp_path / "b")], 10, seed=1)
+    assert len(few) == 10 and few == held_out_prompts([str(tmp_path / "a"), str(tmp_path / "b")], 10, seed=1)
