@@ -51,6 +51,9 @@ from curate.stage import code_version, config_hash, inputs_fingerprint, reject_t
 
 log = logging.getLogger(__name__)
 STAGE = "estimate"
+# Bump when what a scored row means changes (2: pass_rate = n_correct / k, timeouts and crashes count as failures).
+# Part of the stage's identity and of every store key, so no run resumes or copies rows scored under another rule.
+SCORING_RULE = 2
 RESPONSE_SCHEMA = pa.schema([
     pa.field("id", pa.string(), nullable=False),
     pa.field("sample", pa.int32(), nullable=False),
@@ -132,7 +135,7 @@ def store_identity(model: str, revision: str, template: str, template_fingerprin
     return {"model": model, "revision": revision, "template": template, "template_fingerprint": template_fingerprint,
             "k": s.k, "temperature": s.temperature, "top_p": s.top_p, "max_tokens": s.max_tokens, "seed": s.seed,
             "max_prompt_tokens": s.max_prompt_tokens, "grader": grader or GRADER_VERSION, "grader_timeout_s": grader_timeout_s,
-            "base_url": base_url}
+            "base_url": base_url, "scoring_rule": SCORING_RULE}
 
 
 def param_key(identity: dict) -> str:
@@ -272,6 +275,7 @@ class Estimator:
         run_cfg.pop("concurrency")
         # what else changes a verdict: a resumed or re-run stage never mixes graders or code versions
         run_cfg["grader_version"] = GRADER_VERSION
+        run_cfg["scoring_rule"] = SCORING_RULE
         run_cfg["code_version"] = code_version()
         return inputs_fingerprint(self.inputs), run_cfg
 

@@ -104,6 +104,25 @@ def load_scored(inputs: list[Path]) -> pa.Table:
     t = pa.concat_tables(tables, promote_options="permissive")
     if t.num_rows == 0:
         raise SelectionError("the scored shards hold no rows")
+    return pass_rates_over_k(t)
+
+
+def pass_rates_over_k(t: pa.Table) -> pa.Table:
+    """``pass_rate`` and its Wilson bounds as ``n_correct / k`` wherever ``k`` is known.
+
+    Rows scored before timeouts counted as failures hold ``n_correct / n_graded``; buckets, bands and
+    sample weights must all read the same rate, so it is recomputed from the counts here.
+    """
+    from curate.estimate import wilson
+
+    ks, ncs = t["k"].to_pylist(), t["n_correct"].to_pylist()
+    pr, lo, hi = t["pass_rate"].to_pylist(), t["pass_rate_low"].to_pylist(), t["pass_rate_high"].to_pylist()
+    for i, (k, nc) in enumerate(zip(ks, ncs, strict=True)):
+        if k and nc is not None:
+            pr[i] = nc / k
+            lo[i], hi[i] = wilson(nc, k)
+    for name, vals in (("pass_rate", pr), ("pass_rate_low", lo), ("pass_rate_high", hi)):
+        t = t.set_column(t.column_names.index(name), name, pa.array(vals, pa.float32()))
     return t
 
 

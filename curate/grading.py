@@ -39,6 +39,7 @@ GRADER_VERSION = (f"math-verify=={_dist_version('math-verify')};sympy=={_dist_ve
 _PLAIN_NUMBER = re.compile(r"^[-+]?(?:\d+|\d*\.\d+)$")  # math-verify parses these (checked by a test)
 _PLAIN_INT = re.compile(r"^-?\d{1,30}$")  # exact integer compare agrees with math-verify (checked by a test)
 _ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.S)
+_MATH_DELIM = re.compile(r"\$|\\\(|\\\[|\\boxed")
 # Markdown bold around text (``**73**``, ``**Answer: 5**``), not ``**`` as an operator (``2**10``): the opening
 # marker may not follow a word character or a closing brace, the closing one may not precede a word or ``{``.
 _BOLD = re.compile(r"(?<![\w}\\*])\*\*(?=[^\s*])([^*\n]{1,400}?)(?<=[^\s*])\*\*(?![\w{*])")
@@ -61,8 +62,9 @@ def extract_prediction(text: str) -> tuple[str, str]:
     """``(what math-verify parses, how it was found)`` for a model response: the anchored rule.
 
     1. the last complete ``\\boxed{}`` (passed on as ``\\boxed{X}``, so math-verify's own boxed rules apply);
-    2. else the last non-empty ``<answer>...</answer>`` of the R1 template, its text passed as it is
-       (``12.``, ``$\\frac{1}{2}$ cups`` and ``The answer is 5`` are answers; wrapping them in a box is not);
+    2. else the last non-empty ``<answer>...</answer>`` of the R1 template: its text is the answer
+       (``12.``, ``$\\frac{1}{2}$ cups`` and ``The answer is 5`` are answers; wrapping them in a box is not),
+       put between ``$...$`` when it has no math delimiters of its own so that bare LaTeX parses;
     3. else the response's tail, from which math-verify may take an answer only after an anchor
        ("final answer is", "answer:"), never "the last number it finds" (Open-R1's accuracy reward:
        ``try_extract_without_anchor=False``; DeepScaleR scores an unboxed response wrong).
@@ -77,7 +79,12 @@ def extract_prediction(text: str) -> tuple[str, str]:
         return f"\\boxed{{{box}}}", "boxed"
     tags = _ANSWER_TAG.findall(text)
     if tags and tags[-1].strip():
-        return tags[-1].strip(), "answer_tag"
+        tag = tags[-1].strip()
+        # bare LaTeX is read by math-verify only inside math delimiters (``\\sqrt{2}`` alone parses to nothing,
+        # ``2\\pi`` to 2): wrap a tag that has none; one that has them (``$\\frac{1}{2}$ cups``) is passed as is
+        if not _MATH_DELIM.search(tag):
+            tag = f"${tag}$"
+        return tag, "answer_tag"
     return text[-MAX_FALLBACK_CHARS:], "anchored"
 
 
@@ -115,12 +122,17 @@ _ANCHORED_CONFIG: list | None = None
 
 
 def _anchored_config() -> list:
-    """math-verify extraction that needs an anchor (Open-R1's accuracy reward, plus anchored plain numbers)."""
+    """math-verify extraction that needs an anchor: Open-R1's accuracy-reward LaTeX config (its normalization,
+    boxed first, ``try_extract_without_anchor=False``), plus plain numbers after an anchor ("Answer: 5")."""
     global _ANCHORED_CONFIG
     if _ANCHORED_CONFIG is None:
+        from latex2sympy2_extended import NormalizationConfig
         from math_verify import ExprExtractionConfig, LatexExtractionConfig
 
-        _ANCHORED_CONFIG = [LatexExtractionConfig(boxed_match_priority=0, try_extract_without_anchor=False),
+        norm = NormalizationConfig(nits=False, malformed_operators=False, basic_latex=True, equations=True, boxed="all",
+                                   units=True)
+        _ANCHORED_CONFIG = [LatexExtractionConfig(normalization_config=norm, boxed_match_priority=0,
+                                                  try_extract_without_anchor=False),
                             ExprExtractionConfig(try_extract_without_anchor=False)]
     return _ANCHORED_CONFIG
 
@@ -180,8 +192,8 @@ def _worker_main(conn: Connection, mem_bytes: int | None) -> None:
     while True:
         try:
             msg = conn.recv()
-        except EOFError:
-            return
+        except (EOFError, OSError, MemoryError):
+            return  # the parent is gone, or the request cannot be held: exit; the parent replaces this worker
         if msg is None:
             return
         req_id, op, items, timeout_s = msg
@@ -208,9 +220,13 @@ class _Worker:
 
     def wait_ready(self, timeout_s: float = 120.0) -> None:
         if not self.ready:
-            if not self.conn.poll(timeout_s):
-                raise RuntimeError("grading worker did not start (importing math_verify took too long)")
-            self.conn.recv()
+            try:
+                if not self.conn.poll(timeout_s):
+                    raise RuntimeError("grading worker did not start (importing math_verify took too long)")
+                self.conn.recv()
+            except (EOFError, OSError) as e:
+                raise RuntimeError(f"grading worker died while starting (exit code {self.proc.exitcode}); "
+                                   "is math-verify installed in this environment?") from e
             self.ready = True
 
     def kill(self) -> None:
@@ -281,7 +297,11 @@ class GradingPool:
         return 3 * self.timeout_s + self.slack_s
 
     def _ensure(self) -> None:
-        """Start missing workers (in parallel) and wait until each has imported math-verify."""
+        """Start missing workers (in parallel), replace dead ones, and wait until each has imported math-verify."""
+        for wi, w in enumerate(self._workers):
+            if not w.proc.is_alive():  # died while idle (OOM killer, a signal): a fresh one takes its place
+                w.kill()
+                self._workers[wi] = _Worker(self._ctx, self.mem_bytes)
         while len(self._workers) < self.n:
             self._workers.append(_Worker(self._ctx, self.mem_bytes))
         for w in self._workers:
@@ -310,7 +330,12 @@ class GradingPool:
                 if wi not in jobs and pending:
                     positions = pending.pop(0)
                     self._req += 1
-                    self._workers[wi].conn.send((self._req, op, [items[i] for i in positions], self.timeout_s))
+                    try:
+                        self._workers[wi].conn.send((self._req, op, [items[i] for i in positions], self.timeout_s))
+                    except OSError:  # the worker died since its last reply: replace it, requeue the items
+                        pending.insert(0, positions)
+                        self._replace(wi)
+                        continue
                     jobs[wi] = _Job(self._req, positions, 0, time.monotonic() + self.item_deadline_s)
             now = time.monotonic()
             timeout = max(0.0, min(j.deadline for j in jobs.values()) - now)
@@ -340,10 +365,13 @@ class GradingPool:
                 if rest:
                     pending.insert(0, rest)
                 del jobs[wi]
-                w.kill()  # a fresh worker takes its place: nothing it still had queued can be read later
-                self._workers[wi] = _Worker(self._ctx, self.mem_bytes)
-                self._workers[wi].wait_ready()
+                self._replace(wi)  # a fresh worker: nothing the old one still had queued can be read later
         return results  # type: ignore[return-value]
+
+    def _replace(self, wi: int) -> None:
+        self._workers[wi].kill()
+        self._workers[wi] = _Worker(self._ctx, self.mem_bytes)
+        self._workers[wi].wait_ready()
 
     def _drain(self, wi: int, jobs: dict[int, _Job], results: list) -> bool:
         """Read every reply worker ``wi`` has sent; False when its pipe broke (the worker died)."""

@@ -280,6 +280,13 @@ class Trainer:
         if stage_steps is None and len(self.sampler.stages) > 1:
             stage_steps = max(1, cfg.steps // len(self.sampler.stages))
         self.sampler.stage_steps = stage_steps
+        if self.alg["mini_batches"] > cfg.prompts_per_step:
+            log.warning("preset %s makes %d updates per rollout batch; with %d prompts per step it makes %d "
+                        "(at most one group per update)", cfg.preset, self.alg["mini_batches"], cfg.prompts_per_step,
+                        cfg.prompts_per_step)
+        if cfg.top_p < 1 and cfg.rollout_backend == "vllm":
+            log.warning("top_p < 1: vLLM's log-probs are of the renormalized nucleus, the trainer's of the full "
+                        "tempered distribution (as TRL and verl); rollout_logp_abs_diff is biased upward")
         self.eval_prompts = held_out_prompts(cfg.eval_data, cfg.eval_prompts, seed=cfg.seed + 1) if cfg.eval_data else []
         self.scfg = SamplingConfig(k=cfg.group_size, temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens,
                                    seed=cfg.seed, max_prompt_tokens=cfg.max_prompt_tokens)
@@ -336,7 +343,10 @@ class Trainer:
     def _generate(self, prompts, tag: str, cfg=None):
         reqs, ok = self._requests(prompts, tag)
         self.model.eval()
-        res = dict(self.engine.stream(reqs, logprobs=self.cfg.rollout_backend == "vllm", cfg=cfg))
+        # transformers rollouts sample from the trained model itself, under the same autocast as its training pass
+        with self.torch.autocast(self.device, dtype=self.torch.bfloat16,
+                                 enabled=self.bf16 and self.cfg.rollout_backend == "hf"):
+            res = dict(self.engine.stream(reqs, logprobs=self.cfg.rollout_backend == "vllm", cfg=cfg))
         return [(p, r.prompt_ids, res[r.id]) for p, r in zip(ok, reqs, strict=True)], len(prompts) - len(ok)
 
     def _rewards(self, groups) -> tuple[list[list[float]], list[list[bool]]]:

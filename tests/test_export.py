@@ -96,3 +96,17 @@ def test_bad_requests_are_clear_errors(scored, tmp_path):
     assert main(["export", str(scored), "--out", str(tmp_path / "z"), "--total", "100", "--shortfall", "fail"]) == 2
     assert main(["export", str(scored), "--out", str(tmp_path / "z"), "--target", "band:0.1-0.9", "--format", "jsonl"]) == 0
     assert read_export(tmp_path / "z").num_rows == 21  # pass rates 0.2 (6), 0.3 (4), 0.5 (3), 0.8 (8): inside the band
+
+
+def test_pass_rates_are_recomputed_over_k():
+    # a row scored before timeouts counted as failures: 1 correct of 1 graded out of 10 stored pass_rate 1.0
+    import pyarrow as pa
+
+    from curate.estimate import wilson
+    from curate.export import pass_rates_over_k
+
+    t = pa.table({"n_correct": [1, 3], "n_graded": [1, 10], "k": [10, None], "pass_rate": [1.0, 0.3],
+                  "pass_rate_low": [0.2, 0.1], "pass_rate_high": [1.0, 0.6]})
+    out = pass_rates_over_k(t).to_pydict()
+    assert out["pass_rate"][0] == pytest.approx(0.1) and out["pass_rate"][1] == pytest.approx(0.3)
+    assert (out["pass_rate_low"][0], out["pass_rate_high"][0]) == pytest.approx(wilson(1, 10), abs=1e-6)

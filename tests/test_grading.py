@@ -86,6 +86,10 @@ GRADING_TABLE = [
     ("12", "<answer>12.</answer>", "correct"),
     (r"\frac{1}{2}", r"<answer>$\frac{1}{2}$ cups</answer>", "correct"),
     ("5", "<answer>The answer is 5</answer>", "correct"),
+    # bare LaTeX in a tag is read between $...$: \sqrt{2} alone parsed to nothing, 2\pi and (1, 2) to 2
+    (r"\sqrt{2}", r"<answer>\sqrt{2}</answer>", "correct"),
+    ("2", r"<answer>2\pi</answer>", "wrong"),
+    ("2", "<answer>(1, 2)</answer>", "wrong"),
     # no box and no tag: only an anchored answer counts, never "the last number in the text"
     ("2", "so 1+1 = 2", "no_answer"),
     ("7", "x = 3 so y = 7 and we get 7", "no_answer"),
@@ -193,3 +197,12 @@ def test_bold_is_stripped_around_text_only():
     assert strip_bold("2**10 and 3**4") == "2**10 and 3**4"
     assert extract_prediction(r"so \boxed{2**10} is **big**") == (r"\boxed{2**10}", "boxed")
     assert extract_prediction("<answer>$\\frac{1}{2}$ cups</answer>") == ("$\\frac{1}{2}$ cups", "answer_tag")
+
+
+def test_a_worker_that_died_while_idle_is_replaced():
+    with GradingPool(workers=2) as p:
+        assert p.grade(["1"], [r"\boxed{\frac{2}{2}}"]) == ["correct"]
+        p._workers[0].proc.kill()
+        p._workers[0].proc.join()
+        assert p.grade(["2", "3", "4"], [r"\boxed{\sqrt{4}}", r"\boxed{\frac{9}{3}}", r"\boxed{5}"]) == ["correct", "correct", "wrong"]
+        assert all(w.proc.is_alive() for w in p._workers)
