@@ -129,7 +129,8 @@ def _anchored_config() -> list:
         from latex2sympy2_extended import NormalizationConfig
         from math_verify import ExprExtractionConfig, LatexExtractionConfig
 
-        norm = NormalizationConfig(nits=False, malformed_operators=False, basic_latex=True, equations=True, boxed="all",
+        # Open-R1 also sets equations=True, which latex2sympy2_extended now deprecates (the parser handles equations)
+        norm = NormalizationConfig(nits=False, malformed_operators=False, basic_latex=True, boxed="all",
                                    units=True)
         _ANCHORED_CONFIG = [LatexExtractionConfig(normalization_config=norm, boxed_match_priority=0,
                                                   try_extract_without_anchor=False),
