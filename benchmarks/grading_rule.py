@@ -26,8 +26,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from curate.answers import boxed_all, last_boxed  # noqa: E402
-from curate.grading import GradingPool  # noqa: E402
+from curate.answers import boxed_all, last_boxed
+from curate.grading import GradingPool
 
 DATA = Path(os.environ.get("GRADUS_REAL_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
 _BOX = re.compile(r"\\(?:boxed|fbox)\s*\{")

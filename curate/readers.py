@@ -55,7 +55,11 @@ def detect_format(spec: str) -> str:
                 head = f.read(4096).lstrip()
             fmt = "json" if head.startswith(b"[") else "jsonl"
         return fmt
-    if spec.startswith("hf:") or (spec.count("/") == 1 and not spec.startswith((".", "/"))):
+    looks_local = spec.startswith((".", "/", "~")) or spec.count("/") > 1 or Path(spec.split("@")[0]).suffix.lower() in (
+        ".jsonl", ".ndjson", ".json", ".csv", ".parquet", ".gz", ".txt", ".tsv")
+    if looks_local:
+        raise SourceError(f"{spec}: no such file")
+    if spec.startswith("hf:") or spec.count("/") == 1:
         return "hf"
     raise SourceError(f"{spec}: no such file, and not a hub id (owner/name) or 'synthetic'")
 
@@ -263,7 +267,7 @@ def _hub(spec: str) -> Iterator[pa.Table]:
         name, config = name.split(":", 1)
     try:
         ds = datasets.load_dataset(name, config, split=split, streaming=True)
-    except Exception as e:  # noqa: BLE001 - datasets raises many types; all mean "cannot load"
+    except Exception as e:
         first = (str(e).splitlines() or [""])[0][:200]
         raise SourceError(f"{spec}: cannot load from the hub ({type(e).__name__}: {first})") from e
     row0 = 0

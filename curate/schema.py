@@ -84,7 +84,6 @@ REJECT_FIELDS = [
 ]
 # Rejected rows keep whatever the source gave, so every record column is nullable there.
 REJECT_SCHEMA = pa.schema([f.with_nullable(True) for f in SCHEMA] + REJECT_FIELDS, metadata=SCHEMA.metadata)
-COLUMN_DOCS = {n: doc for n, _, _, doc in _FIELDS}
 
 
 @dataclass(frozen=True, slots=True)

@@ -187,7 +187,7 @@ def _orz(t: pa.Table) -> Cols:
 
 
 def _orz_eval(t: pa.Table) -> Cols:
-    problems, rejects = [], []
+    problems = []
     for raw in _col(t, "prompt"):
         p = None
         turns = None
@@ -202,7 +202,6 @@ def _orz_eval(t: pa.Table) -> Cols:
         if isinstance(turns, list) and turns and isinstance(turns[0], dict):
             p = turns[0].get("value")
         problems.append(p if isinstance(p, str) else raw)
-        rejects.append(None)
     return {"problem": problems, "answer": _col(t, "final_answer")}
 
 

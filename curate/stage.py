@@ -1,15 +1,10 @@
-"""The shared stage runner: kept and rejected shards, counters, conservation check, manifest last.
+"""The one stage runner (``Runner``) and the per-batch writer of ``shards`` stages (``StageRun``).
 
-A stage is a function that receives a ``StageRun`` and calls ``run.emit(kept, rejected)`` per batch.
-The runner owns everything else:
-
-- skip: an output folder whose ``manifest.json`` has the same input fingerprint and config hash is
-  complete; the stage returns that manifest and does nothing (``"skipped": true`` in the result);
-- clean restart: otherwise old shards and manifest are removed before the run, so a killed run
-  leaves no half-state that a re-run could mistake for output (shards are tmp-then-rename anyway);
-- counters: rows in/kept/rejected, rejected by reason, signal counts, per-source breakdown, timings;
-- conservation: rows in = kept + rejected and the reasons add up, or the run fails before writing
-  the manifest.
+Every stage runs through ``Runner``: output-folder safety (never an input, never a folder gradus did not
+write), skip when a complete output of the same identity is there (shard hashes verified), clean restart
+or resume of finished parts, conservation against the upstream manifests, and the manifest written last.
+A ``shards`` stage is a function that receives a ``StageRun`` and calls ``run.emit(kept, rejected)`` per
+batch; ``parts`` (estimation) and ``folder`` (export) stages call ``begin`` and ``finish`` themselves.
 """
 
 from __future__ import annotations
@@ -22,14 +17,16 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from curate.errors import GradusError
+from curate.manifest import MANIFEST, MANIFEST_VERSION, STAGE_KINDS, Manifest, ManifestError
 from curate.schema import REJECT_SCHEMA, SCHEMA, SCHEMA_VERSION
-from curate.shards import MANIFEST, ROWS_PER_SHARD, ShardWriter, read_manifest, write_json_atomic
+from curate.shards import ROWS_PER_SHARD, ShardWriter
 
 log = logging.getLogger(__name__)
 SIGNALS = [f.name for f in SCHEMA if f.name.startswith("sig_")] + ["gold_parseable"]
@@ -46,29 +43,6 @@ def code_version() -> str:
 
 def config_hash(config: dict) -> str:
     return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-def dir_fingerprint(folder: Path) -> str:
-    """Fingerprint of a stage output: its manifest's shard hashes (complete outputs only)."""
-    m = read_manifest(folder)
-    if m is None:
-        raise FileNotFoundError(f"{folder}: no manifest.json; the stage that writes it did not finish")
-    return hashlib.sha256(json.dumps([s["sha256"] for s in m["kept_shards"]]).encode()).hexdigest()[:16]
-
-
-def inputs_fingerprint(inputs: list[Path]) -> str:
-    """Fingerprint of stage outputs or bare shard folders: manifest shard hashes, else the files' own hashes."""
-    from curate.shards import file_sha256, shard_paths, stage_dir
-
-    parts = []
-    for inp in inputs:
-        folder = stage_dir(Path(inp))
-        m = read_manifest(folder.parent if folder.name == "kept" else folder)
-        if m is not None and "kept_shards" in m:
-            parts.append([s["sha256"] for s in m["kept_shards"]])
-        else:
-            parts.append([file_sha256(p) for p in shard_paths(folder)])
-    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
 
 
 def file_fingerprint(spec: str) -> str:
@@ -153,62 +127,250 @@ def reject_table(t: pa.Table, stage: str, reasons: pa.Array | list, details: pa.
     return pa.Table.from_arrays(cols, schema=REJECT_SCHEMA)
 
 
-def run_stage(
-    name: str,
-    out: Path,
-    inputs: dict,
-    config: dict,
-    body: Callable[[StageRun], None],
-    rows_per_shard: int = ROWS_PER_SHARD,
-    force: bool = False,
-) -> dict:
-    """Run ``body`` into ``out`` unless a complete manifest for the same inputs and config is there."""
-    out = Path(out)
-    fingerprint = hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:16]
-    chash = config_hash(config)
-    old = read_manifest(out)
-    if old and not force and old.get("input_hash") == fingerprint and old.get("config_hash") == chash:
-        log.info("%s: complete output found in %s, nothing to do", name, out)
-        return {**old, "skipped": True}
-    for sub in ("kept", "rejected"):
-        shutil.rmtree(out / sub, ignore_errors=True)
-    (out / MANIFEST).unlink(missing_ok=True)
-    out.mkdir(parents=True, exist_ok=True)
-    run = StageRun(name, out, rows_per_shard)
-    t0 = time.perf_counter()
-    try:
-        body(run)
-    except BaseException:
-        run.kept.abort()
-        run.rejected.abort()
-        raise
-    kept_shards, rej_shards = run.kept.close(), run.rejected.close()
-    rows_kept, rows_rej = run.kept.rows, run.rejected.rows
-    if run.rows_in != rows_kept + rows_rej or sum(run.reasons.values()) != rows_rej:
-        raise RuntimeError(
-            f"{name}: conservation broken: in={run.rows_in} kept={rows_kept} rejected={rows_rej} "
-            f"reasons={sum(run.reasons.values())}"
+class StageError(GradusError):
+    """An output folder the runner will not touch, or a stage whose counts do not add up."""
+
+
+MARKER = ".gradus-stage.json"  # written before any data: this folder is a gradus stage output (maybe unfinished)
+# what a stage output folder may hold, by output kind; anything else is a user's and stops the run
+_OWN = {
+    "shards": {MANIFEST, MARKER, "kept", "rejected"},
+    "parts": {MANIFEST, MARKER, "kept", "rejected", "responses"},
+    "folder": {MANIFEST, MARKER, "data", "selection_report.json"},
+}
+
+
+def _owned(kind: str, name: str) -> bool:
+    base = name[: -len(".tmp")] if name.endswith(".tmp") else name
+    return base in _OWN[kind] or (kind == "folder" and base.startswith("stage_"))
+
+
+def input_entries(folders: list[Path]) -> list[dict]:
+    """``{"path", "fingerprint", "rows"}`` of each input stage output (or bare shard folder)."""
+    from curate.shards import count_rows, file_sha256, shard_paths, stage_dir
+
+    out = []
+    for f in folders:
+        f = Path(f)
+        if f.name == "kept" and not (f / MANIFEST).exists() and (f.parent / MANIFEST).exists():
+            f = f.parent  # the kept/ folder of a stage output: its manifest is one level up
+        m = Manifest.find(f)
+        if m is not None:
+            fp = hashlib.sha256(json.dumps([s["sha256"] for s in m.kept_shards]).encode()).hexdigest()[:16]
+            out.append({"path": str(f), "fingerprint": fp, "rows": m.rows_kept})
+        else:
+            d = stage_dir(f)
+            if d.name == "kept" and (d.parent / MARKER).exists() and not (d.parent / MANIFEST).exists():
+                raise StageError(f"{f}: an unfinished stage output (no manifest); finish that stage first")
+            fp = hashlib.sha256(json.dumps([file_sha256(p) for p in shard_paths(d)]).encode()).hexdigest()[:16]
+            out.append({"path": str(f), "fingerprint": fp, "rows": count_rows(d)})
+    return out
+
+
+def identity_hash(inputs: list[dict]) -> str:
+    """What the inputs are, not where they lie: fingerprints (and source specs), without folder paths."""
+    keyed = [{k: v for k, v in e.items() if k not in ("path", "rows")} for e in inputs]
+    return hashlib.sha256(json.dumps(keyed, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+class Runner:
+    """The one stage runner: output-folder safety, skip, clean restart or resume, conservation, the manifest.
+
+    - *Safety*: the output may not be, contain or lie inside an input; a non-empty folder must be a gradus
+      stage output of the same kind (``MARKER`` or ``manifest.json``) holding nothing but what gradus
+      writes there, or the run stops before touching anything.
+    - *Skip*: a manifest with the same identity (input fingerprints, config, code version) whose shards
+      still hash as recorded means the output is complete: nothing is done (``manifest.skipped``).
+    - *Restart*: otherwise the manifest is deleted first (a half-cleaned folder is never "complete"),
+      then what the stage owns; ``parts`` stages keep finished parts of a run with the same identity.
+    - *Conservation*: rows in = kept + rejected, the reasons add up, and rows in equals what the upstream
+      manifests say they kept (or ``expected_rows_in``), checked before the manifest is written.
+    """
+
+    def __init__(self, kind: str, out: Path, inputs: list[dict], config: dict, force: bool = False,
+                 input_folders: list[Path] | None = None):
+        if kind not in STAGE_KINDS:
+            raise StageError(f"unknown stage kind {kind!r}")
+        self.kind, self.out, self.inputs, self.config, self.force = kind, Path(out), inputs, config, force
+        self.input_hash = identity_hash(inputs)
+        self.config_hash = config_hash(config)
+        self.code_version = code_version()
+        self.input_folders = [Path(p) for p in (input_folders or [])]
+        self.t0 = time.perf_counter()
+
+    # ---- before the work -----------------------------------------------------------------------------
+    def _identity(self) -> dict:
+        return {"stage": self.kind, "input_hash": self.input_hash, "config_hash": self.config_hash,
+                "code_version": self.code_version}
+
+    def check_output(self) -> None:
+        out = self.out.resolve()
+        for p in self.input_folders:
+            p = p.resolve()
+            if out == p or out in p.parents:
+                raise StageError(f"--out {self.out} is or contains the input {p}: choose another output folder")
+            if p in out.parents:
+                raise StageError(f"--out {self.out} lies inside the input {p}: choose a folder outside it")
+        if self.out.exists() and not self.out.is_dir():
+            raise StageError(f"--out {self.out} is a file")
+        if not self.out.is_dir():
+            return
+        entries = sorted(e.name for e in self.out.iterdir())
+        if not entries:
+            return
+        ours = (self.out / MANIFEST).exists() or (self.out / MARKER).exists()
+        if not ours:
+            raise StageError(f"--out {self.out} holds files gradus did not write ({', '.join(entries[:5])}"
+                             f"{', ...' if len(entries) > 5 else ''}): choose an empty or new folder")
+        prev = self._previous_kind()
+        if prev is not None and prev != self.kind:
+            raise StageError(f"--out {self.out} holds a {prev} stage output, not {self.kind}: choose another folder")
+        foreign = [e for e in entries if not _owned(STAGE_KINDS[self.kind].output, e)]
+        if foreign:
+            raise StageError(f"--out {self.out} also holds files gradus did not write ({', '.join(foreign[:5])}); "
+                             "move them away or choose another folder")
+
+    def _previous_identity(self) -> dict | None:
+        """Identity of what the folder holds: the marker (written first), else the manifest."""
+        for f in (self.out / MARKER, self.out / MANIFEST):
+            if f.exists():
+                try:
+                    d = json.loads(f.read_text())
+                except json.JSONDecodeError:
+                    return None
+                if f.name == MANIFEST and d.get("manifest_version", 1) != MANIFEST_VERSION:
+                    return None  # an older gradus's output: replaced, whatever its settings were
+                return {k: d.get(k) for k in ("stage", "input_hash", "config_hash", "code_version")}
+        return None
+
+    def _previous_kind(self) -> str | None:
+        for f in (self.out / MARKER, self.out / MANIFEST):
+            if f.exists():
+                try:
+                    return json.loads(f.read_text()).get("stage")
+                except json.JSONDecodeError:
+                    return None
+        return None
+
+    def previous(self) -> Manifest | None:
+        """The complete output already there for this identity, or None (the stage must run)."""
+        if self.force:
+            return None
+        try:
+            m = Manifest.find(self.out)
+        except ManifestError as e:
+            log.warning("%s: %s; running the stage again", self.out, e)
+            return None
+        if m is None or (m.input_hash, m.config_hash, m.code_version) != (self.input_hash, self.config_hash,
+                                                                              self.code_version):
+            return None
+        bad = self._verify(m)
+        if bad:
+            log.warning("%s: %s; running the stage again", self.out, bad)
+            return None
+        m.skipped = True
+        return m
+
+    def _verify(self, m: Manifest) -> str | None:
+        from curate.shards import file_sha256
+
+        for rec in m.kept_shards:
+            p = self.out / rec.get("file", f"kept/{rec['path']}")
+            if not p.is_file():
+                return f"{p} is missing"
+            if rec.get("sha256") and file_sha256(p) != rec["sha256"]:
+                return f"{p} does not hash as its manifest says"
+        if STAGE_KINDS[self.kind].output != "folder":
+            listed = {rec["path"] for rec in m.kept_shards}
+            extra = [p.name for p in (self.out / "kept").glob("*.parquet") if p.name not in listed]
+            if extra:
+                return f"kept/ holds shards its manifest does not list ({', '.join(extra[:3])})"
+        return None
+
+    def resumable(self) -> bool:
+        """Whether the folder holds an unfinished run of this same identity (``parts`` stages resume it)."""
+        f = self.out / MARKER
+        if self.force or not f.exists():
+            return False
+        return json.loads(f.read_text()) == self._identity()
+
+    def begin(self, keep_parts: bool = False) -> None:
+        """Claim the folder: manifest first, then what the stage owns (unless resuming parts); write the marker."""
+        from curate.shards import write_json_atomic
+
+        self.check_output()
+        f = self.out / MARKER
+        prev = self._previous_identity()
+        if prev and not self.force and prev.get("config_hash") != self.config_hash:
+            raise StageError(f"{self.out} holds a {self.kind} output made with other settings (config "
+                             f"{prev.get('config_hash')}, now {self.config_hash}); use another --out, or --force "
+                             "to replace it")
+        (self.out / MANIFEST).unlink(missing_ok=True)
+        if not (keep_parts and self.resumable()):
+            for e in list(self.out.iterdir()) if self.out.is_dir() else []:
+                if e.name != MARKER and _owned(STAGE_KINDS[self.kind].output, e.name):
+                    shutil.rmtree(e) if e.is_dir() else e.unlink()
+        self.out.mkdir(parents=True, exist_ok=True)
+        for tmp in self.out.glob("*/*.tmp"):
+            tmp.unlink()
+        write_json_atomic(f, self._identity())
+
+    # ---- after the work ------------------------------------------------------------------------------
+    def expected_rows_in(self) -> int | None:
+        rows = [e.get("rows") for e in self.inputs if "path" in e]
+        return sum(rows) if rows and all(r is not None for r in rows) else None
+
+    def finish(self, rows_in: int, kept_shards: list[dict], rejected_shards: list[dict], reasons: dict[str, int],
+               by_source: dict, stats: dict, expected_rows_in: int | None = None, folder: Path | None = None,
+               rows_kept: int | None = None) -> Manifest:
+        """Check conservation and write the manifest (into ``folder``, default the output) last."""
+        from curate.shards import write_json_atomic
+
+        if rows_kept is None:
+            rows_kept = sum(s["rows"] for s in kept_shards)
+        rows_rej = sum(s["rows"] for s in rejected_shards) if rejected_shards or not reasons else sum(reasons.values())
+        expected = expected_rows_in if expected_rows_in is not None else self.expected_rows_in()
+        if expected is not None and rows_in != expected:
+            raise StageError(f"{self.kind}: conservation broken: read {rows_in} rows, but the inputs' manifests "
+                             f"say they hold {expected}")
+        if rows_in != rows_kept + rows_rej or sum(reasons.values()) != rows_rej:
+            raise StageError(f"{self.kind}: conservation broken: in={rows_in} kept={rows_kept} rejected={rows_rej} "
+                             f"reasons={sum(reasons.values())}")
+        m = Manifest(
+            stage=self.kind, inputs=self.inputs, input_hash=self.input_hash, config=self.config,
+            config_hash=self.config_hash, code_version=self.code_version, schema_version=SCHEMA_VERSION,
+            created=datetime.now(UTC).isoformat(timespec="seconds"),
+            seconds=round(time.perf_counter() - self.t0, 3), rows_in=rows_in, rows_kept=rows_kept, rows_rejected=rows_rej,
+            rejected_by_reason=dict(sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0]))),
+            by_source={k: dict(v) for k, v in sorted(by_source.items())}, kept_shards=kept_shards,
+            rejected_shards=rejected_shards, stats=stats,
         )
-    manifest = {
-        "stage": name,
-        "schema_version": SCHEMA_VERSION,
-        "code_version": code_version(),
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "inputs": inputs,
-        "input_hash": fingerprint,
-        "config": config,
-        "config_hash": chash,
-        "rows_in": run.rows_in,
-        "rows_kept": rows_kept,
-        "rows_rejected": rows_rej,
-        "rejected_by_reason": dict(sorted(run.reasons.items(), key=lambda kv: -kv[1])),
-        "signals": dict(run.signals),
-        "by_source": {k: dict(v) for k, v in sorted(run.by_source.items())},
-        "seconds": round(time.perf_counter() - t0, 3),
-        "timings": {k: round(v, 3) for k, v in run.timings.items()},
-        "kept_shards": kept_shards,
-        "rejected_shards": rej_shards,
-        **run.extra,
-    }
-    write_json_atomic(out / MANIFEST, manifest)
-    return {**manifest, "skipped": False}
+        write_json_atomic((folder or self.out) / MANIFEST, m.to_dict())
+        return m
+
+    def run(self, body: Callable[[StageRun], None], rows_per_shard: int = ROWS_PER_SHARD,
+            expected_rows_in: int | None = None) -> Manifest:
+        """A ``shards`` stage: ``body`` emits kept/rejected batches through a ``StageRun``."""
+        done = self.previous()
+        if done is not None:
+            log.info("%s: complete output found in %s, nothing to do", self.kind, self.out)
+            return done
+        self.begin()
+        run = StageRun(self.kind, self.out, rows_per_shard)
+        try:
+            body(run)
+        except BaseException:
+            run.kept.abort()
+            run.rejected.abort()
+            raise
+        kept_shards, rej_shards = run.kept.close(), run.rejected.close()
+        stats = {**run.extra, "signals": dict(run.signals), "timings": {k: round(v, 3) for k, v in run.timings.items()}}
+        return self.finish(run.rows_in, kept_shards, rej_shards, dict(run.reasons), run.by_source, stats,
+                           expected_rows_in=expected_rows_in)
+
+
+def run_stage(kind: str, out: Path, inputs: list[dict], config: dict, body: Callable[[StageRun], None],
+              rows_per_shard: int = ROWS_PER_SHARD, force: bool = False, input_folders: list[Path] | None = None,
+              expected_rows_in: int | None = None) -> Manifest:
+    """Run a ``shards`` stage through the ``Runner`` (see there for what it guarantees)."""
+    return Runner(kind, out, inputs, config, force, input_folders).run(body, rows_per_shard, expected_rows_in)

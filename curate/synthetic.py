@@ -121,15 +121,6 @@ HANDWRITTEN: list[tuple[str, str, str | None, str | None, str]] = [
      "garden, in square meters?", "200", None, "contaminated"),
 ]
 
-# A tiny hand-written eval set for the demo's decontamination (the real benchmarks are read from files).
-DEMO_BENCHMARK = [
-    {"id": "demo-eval-1", "problem": "A rectangular garden is twice as long as it is wide and its perimeter is "
-     "60 meters. What is the area of the garden, in square meters?", "answer": "200"},
-    {"id": "demo-eval-2", "problem": "How many positive integers less than 100 are divisible by both 3 and 5?",
-     "answer": "6"},
-]
-
-
 def parse_spec(spec: str) -> dict:
     opts = {"n": 1000, "seed": 0, "difficulty": "1-5", "extras": 1, "kinds": ",".join(KINDS)}
     body = spec.partition(":")[2]

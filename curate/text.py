@@ -30,7 +30,6 @@ _LATEX_NOISE = (
 )
 _DFRAC = r"\\[dt]frac"
 _NON_WORD = r"[^\p{L}\p{N}]+"
-_MASK64 = (1 << 64) - 1
 _NGRAM_BASE = np.uint64(1099511628211)  # FNV-1a 64-bit prime, used as the polynomial base
 
 

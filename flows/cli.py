@@ -18,16 +18,17 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 
 from curate.errors import GradusError
 
 
-def _print_manifest(m: dict, out: Path) -> None:
-    state = "already complete (skipped)" if m.get("skipped") else f"done in {m['seconds']}s"
-    print(f"{m['stage']}: {state}: {m['rows_in']} in, {m['rows_kept']} kept, {m['rows_rejected']} rejected")
-    for reason, n in m["rejected_by_reason"].items():
+def _print_manifest(m, out: Path) -> None:
+    state = "already complete (skipped)" if m.skipped else f"done in {m.seconds}s"
+    print(f"{m.stage}: {state}: {m.rows_in} in, {m.rows_kept} kept, {m.rows_rejected} rejected")
+    for reason, n in m.rejected_by_reason.items():
         print(f"  rejected {reason}: {n}")
     print(f"  kept shards: {out / 'kept'}  rejected shards: {out / 'rejected'}  stats: {out / 'manifest.json'}")
 
@@ -56,7 +57,7 @@ def cmd_decontam(a: argparse.Namespace) -> None:
     cfg = DecontamConfig(benchmarks=tuple(a.against), ngram=a.ngram, min_overlap=a.min_overlap)
     m = decontam_stage([Path(d) for d in a.inputs], Path(a.out), cfg, a.force)
     _print_manifest(m, Path(a.out))
-    print(f"  benchmark items indexed: {m.get('benchmark_items')}")
+    print(f"  benchmark items indexed: {m.stats.get('benchmark_items')}")
 
 
 def cmd_dedup(a: argparse.Namespace) -> None:
@@ -130,8 +131,8 @@ def demo_estimate(final: Path, out: Path, a: argparse.Namespace) -> dict:
                          sampling=SamplingConfig(k=10, temperature=0.7, max_tokens=192, seed=0))
     print(f"estimate: first {a.estimate_rows} rows of the clean set, SmolLM2-135M-Instruct on {backend}, k=10, T=0.7")
     m = estimate([final], out, cfg, force=a.force, progress=not a.no_progress)
-    state = "already complete (skipped)" if m.get("skipped") else f"done in {m['this_run']['seconds']}s"
-    print(f"estimate {state}: {m['rows_kept']} scored, pass-count histogram {m['pass_count_histogram']}")
+    state = "already complete (skipped)" if m.skipped else f"done in {m.seconds}s"
+    print(f"estimate {state}: {m.rows_kept} scored, pass-count histogram {m.stats['pass_count_histogram']}")
     print(f"  scored shards: {out / 'kept'}  stats: {out / 'manifest.json'}")
     return m
 
@@ -148,18 +149,23 @@ def cmd_estimate(a: argparse.Namespace) -> None:
                                 max_prompt_tokens=a.max_prompt_tokens),
     )
     m = estimate([Path(d) for d in a.inputs], Path(a.out), cfg, force=a.force, progress=not a.no_progress)
-    state = "already complete (skipped)" if m.get("skipped") else f"done in {m['this_run']['seconds']}s"
-    print(f"estimate: {state}: {m['rows_in']} in, {m['rows_kept']} scored, {m['rows_rejected']} rejected")
-    for reason, n in m["rejected_by_reason"].items():
+    _print_estimate(m, Path(a.out))
+
+
+def _print_estimate(m, out: Path) -> None:
+    st = m.stats
+    state = "already complete (skipped)" if m.skipped else f"done in {m.seconds}s"
+    print(f"estimate: {state}: {m.rows_in} in, {m.rows_kept} scored, {m.rows_rejected} rejected")
+    for reason, n in m.rejected_by_reason.items():
         print(f"  rejected {reason}: {n}")
-    print(f"  model {m['model']} ({m['model_revision']}), k={m['k']}")
-    print(f"  pass-count histogram (n_correct: problems): {m['pass_count_histogram']}")
-    print(f"  sample outcomes: {m['sample_outcomes']}  truncation rate: {m['truncation_rate']}")
-    run = m["this_run"]
+    print(f"  model {st['model']} ({st['model_revision']}), k={st['k']}, store: {st.get('store')}")
+    print(f"  pass-count histogram (n_correct: problems): {st['pass_count_histogram']}")
+    print(f"  sample outcomes: {st['sample_outcomes']}  truncation rate: {st['truncation_rate']}")
+    run = st["this_run"]
     if run.get("tokens_per_s"):
         print(f"  this run: {run['samples']} samples, {run['tokens']} tokens, {run['tokens_per_s']} tokens/s, "
               f"{run['store_hits']} from the store, {run['chunks_already_done']} chunks already done")
-    print(f"  scored shards: {Path(a.out) / 'kept'}  stats: {Path(a.out) / 'manifest.json'}")
+    print(f"  scored shards: {out / 'kept'}  stats: {out / 'manifest.json'}")
 
 
 def cmd_export(a: argparse.Namespace) -> None:
@@ -172,10 +178,10 @@ def cmd_export(a: argparse.Namespace) -> None:
     _print_export(m, Path(a.out))
 
 
-def _print_export(m: dict, out: Path) -> None:
-    r = m["selection"]
-    state = "already complete (skipped)" if m.get("skipped") else "done"
-    print(f"export {state}: {m['rows']} rows as {m['format']} ({r['target']}), from {r['rows_in']} scored rows")
+def _print_export(m, out: Path) -> None:
+    r = m.stats["selection"]
+    state = "already complete (skipped)" if m.skipped else "done"
+    print(f"export {state}: {m.rows_kept} rows as {m.stats['format']} ({r['target']}), from {r['rows_in']} scored rows")
     print("  bucket      available  asked  taken  short")
     for b, v in r["by_bucket"].items():
         print(f"  {b:<11} {v['available']:>9}  {v['asked']:>5}  {v['taken']:>5}  {v['short']:>5}")
@@ -184,7 +190,7 @@ def _print_export(m: dict, out: Path) -> None:
     if r["unfilled"]:
         print(f"  asked for {r['rows_asked']} rows, {r['unfilled']} could not be filled (too few eligible rows)")
     print(f"  achieved distribution: {r['achieved_distribution']}")
-    for p in m["parts"]:
+    for p in m.stats["parts"]:
         if p["folder"] != ".":
             print(f"  stage {p['stage']} ({p['bucket']}): {p['rows']} rows, "
                   f"mean pass rate {p['pass_rate_mean']} -> {out / p['folder']}")
@@ -213,19 +219,131 @@ def cmd_model(a: argparse.Namespace) -> None:
 
 
 def cmd_show(a: argparse.Namespace) -> None:
-    from curate.shards import read_manifest
+    from curate.manifest import MANIFEST, Manifest, ManifestError
 
-    m = read_manifest(Path(a.dir))
-    if m is None:
-        raise FileNotFoundError(f"{a.dir}: no manifest.json (not a finished stage output)")
-    _print_manifest(m, Path(a.dir))
-    for src, counts in m["by_source"].items():
+    d = Path(a.dir)
+    if not d.is_dir():
+        raise FileNotFoundError(f"{d}: no such folder")
+    if not (d / MANIFEST).exists():
+        stages = sorted({p.parent for p in d.glob(f"*/{MANIFEST}")} | {p.parent for p in d.glob(f"*/*/{MANIFEST}")})
+        if not stages:
+            raise ManifestError(f"{d}: no {MANIFEST} here or in its subfolders: not a stage output or a run folder")
+        _show_run(d, [(p, Manifest.load(p)) for p in stages])
+        return
+    m = Manifest.load(d)
+    if a.samples:
+        _show_samples(d, m, a.samples, a.n)
+        return
+    print(f"{d}: {m.stage} ({m.kind.description})")
+    print(f"  created {m.created} by gradus {m.code_version} in {m.seconds}s; config {m.config_hash}, inputs {m.input_hash}")
+    if m.stage == "estimate":
+        _print_estimate(m, d)
+    elif m.stage == "export":
+        _print_export(m, d)
+    else:
+        _print_manifest(m, d)
+    for key in ("adapter", "read_path", "repaired_latex_escapes", "benchmark_items", "contaminated_by_benchmark", "dedup"):
+        if key in m.stats:
+            print(f"  {key.replace('_', ' ')}: {m.stats[key]}")
+    if m.stats.get("signals"):
+        print(f"  signals fired: {m.stats['signals']}")
+    for src, counts in m.by_source.items():
         print(f"  source {src}: {counts}")
+    if m.rejected_by_reason and m.stage not in ("export",):
+        print(f"  examples of a reason: gradus show {d} --samples {next(iter(m.rejected_by_reason))}")
+
+
+def _show_run(d: Path, stages: list) -> None:
+    """A run folder: every stage in pipeline order, with the rows flowing from one to the next."""
+    stages.sort(key=lambda pm: (pm[1].kind.order, str(pm[0])))
+    print(f"{d}: a run of {len(stages)} stage outputs")
+    print(f"  {'stage':<9} {'in':>9} {'kept':>9} {'rejected':>9}  folder")
+    kept_by_path = {str(p.resolve()): m.rows_kept for p, m in stages}
+    for p, m in stages:
+        flow = ""
+        ups = [kept_by_path.get(str(Path(e["path"]).resolve())) for e in m.inputs if "path" in e]
+        if ups and all(u is not None for u in ups) and m.stage != "estimate":
+            flow = "" if sum(ups) == m.rows_in else f"  (inputs kept {sum(ups)}: MISMATCH)"
+        print(f"  {m.stage:<9} {m.rows_in:>9} {m.rows_kept:>9} {m.rows_rejected:>9}  {p.relative_to(d)}{flow}")
+        top = ", ".join(f"{r} {n}" for r, n in list(m.rejected_by_reason.items())[:4])
+        if top:
+            print(f"  {'':<9} rejected: {top}{' ...' if len(m.rejected_by_reason) > 4 else ''}")
+    print(f"  details: gradus show {d}/<folder>")
+
+
+def _show_samples(d: Path, m, reason: str, n: int) -> None:
+    """A few rejected rows of one reason: the problem's start, the gold and why."""
+    import pyarrow.compute as pc
+
+    from curate.shards import iter_batches
+
+    if reason not in m.rejected_by_reason:
+        raise ValueError(f"no rows rejected as {reason!r} here; reasons: {', '.join(m.rejected_by_reason) or 'none'}")
+    shown = 0
+    for t in iter_batches(d / "rejected", columns=["id", "source", "problem", "answer", "reject_reason", "reject_detail"]):
+        t = t.filter(pc.equal(t["reject_reason"], reason))
+        for row in t.to_pylist():
+            text = " ".join(str(row["problem"]).split())
+            print(f"[{row['source']} {row['id']}] {text[:300]}{' ...' if len(text) > 300 else ''}")
+            print(f"    gold: {row['answer']!r}  detail: {row['reject_detail']}")
+            shown += 1
+            if shown >= n:
+                return
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("gradus")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+LISTS = ("adapters", "benchmarks", "filters", "presets", "templates", "stages")
+
+
+def cmd_list(a: argparse.Namespace) -> None:
+    """The names a flag or config field accepts, with a line on each."""
+    if a.what == "adapters":
+        from curate.sources import ADAPTERS
+
+        for name, ad in ADAPTERS.items():
+            print(f"{name:<12} recognised by columns: {', '.join(sorted(ad.detect))}")
+    elif a.what == "benchmarks":
+        from curate.decontam import KNOWN_BENCHMARKS, resolve_benchmark
+
+        for name in KNOWN_BENCHMARKS:
+            where = resolve_benchmark(name)[1]
+            print(f"{name:<8} {where}{'' if Path(where).is_file() else '  (hub id: needs network or the HF cache)'}")
+        print("any other: NAME=PATH to a jsonl/json/csv/parquet file with a problem column")
+    elif a.what == "filters":
+        from curate.filters import STEPS
+
+        for step in STEPS:
+            print(f"{step.name:<26} {step.doc}")
+        print(f"{'answer_unparseable':<26} the gold gate: math-verify cannot parse the gold answer")
+    elif a.what == "presets":
+        from rl_stage.algorithms import PRESETS
+
+        for name, pr in PRESETS.items():
+            print(f"{name:<8} {pr.cite}")
+    elif a.what == "templates":
+        from curate.templates import TEMPLATES
+
+        print("\n".join(TEMPLATES))
+    else:
+        from curate.manifest import STAGE_KINDS
+
+        for k in sorted(STAGE_KINDS.values(), key=lambda k: k.order):
+            print(f"{k.name:<9} {k.description}")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="gradus", description="Curate math RL data: ingest, filter, decontaminate, dedup.")
-    p.add_argument("-v", "--verbose", action="store_true")
+    p = argparse.ArgumentParser(prog="gradus", description="Difficulty-scored math RL curricula: curate, estimate, "
+                                "export, train.")
+    p.add_argument("-v", "--verbose", action="store_true", help="engine logs and INFO messages")
+    p.add_argument("--version", action="version", version=f"gradus {_version()}")
     sub = p.add_subparsers(dest="cmd", required=True)
 
     s = sub.add_parser("ingest", help="read a source into record shards")
@@ -338,20 +456,44 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--force", action="store_true")
     s.set_defaults(fn=cmd_demo)
 
-    s = sub.add_parser("show", help="print a stage output's counts")
+    s = sub.add_parser("list", help="names accepted by flags and configs: " + ", ".join(LISTS))
+    s.add_argument("what", choices=LISTS)
+    s.set_defaults(fn=cmd_list)
+
+    s = sub.add_parser("show", help="a stage output's counts, reasons and stats; or every stage of a run folder")
     s.add_argument("dir")
+    s.add_argument("--samples", metavar="REASON", help="print rejected rows of this reason")
+    s.add_argument("-n", type=int, default=5, help="how many rows --samples prints")
     s.set_defaults(fn=cmd_show)
     return p
+
+
+def _quiet_engines() -> None:
+    """Engine chatter off unless --verbose: vLLM's INFO/WARNING lines, torch's C++ and Python warnings,
+    transformers' advisories and hub progress bars. Our own warnings (logging) and progress bars stay."""
+    import warnings
+
+    for k, v in (("VLLM_LOGGING_LEVEL", "ERROR"), ("TORCH_CPP_LOG_LEVEL", "ERROR"), ("TRANSFORMERS_VERBOSITY", "error"),
+                 ("HF_HUB_DISABLE_PROGRESS_BARS", "1"), ("TOKENIZERS_PARALLELISM", "false")):
+        os.environ.setdefault(k, v)
+    for cat in (FutureWarning, DeprecationWarning, UserWarning):
+        warnings.filterwarnings("ignore", category=cat)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
+    if not args.verbose:
+        _quiet_engines()
     try:
         args.fn(args)
     except (FileNotFoundError, ValueError, GradusError) as e:  # bad input or an unusable model/engine: one line
         print(f"gradus {args.cmd}: error: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # piped into head: the reader has what it wanted
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
     return 0
 
 

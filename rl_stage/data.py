@@ -14,7 +14,6 @@ prompts as an uninterrupted one.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +21,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from curate.errors import GradusError
+from curate.manifest import Manifest
 
 COLUMNS = ["id", "problem", "answer", "pass_rate", "n_correct", "n_graded", "k"]
 
@@ -43,13 +43,12 @@ def find_stages(paths: list[str | Path]) -> list[tuple[str, list[Path]]]:
     for p in map(Path, paths):
         if not p.exists():
             raise DataError(f"{p}: no such folder")
-        m = p / "manifest.json"
-        if m.exists() and json.loads(m.read_text()).get("stage") == "export":
-            man = json.loads(m.read_text())
-            if man["format"] != "parquet":
-                raise DataError(f"{p}: a {man['format']} export; the trainer reads parquet exports "
-                                "(gradus export --format parquet)")
-            for part in man["parts"]:
+        man = Manifest.find(p)
+        if man is not None and man.stage == "export":
+            fmt = man.stats["format"]
+            if fmt != "parquet":
+                raise DataError(f"{p}: a {fmt} export; the trainer reads parquet exports (gradus export --format parquet)")
+            for part in man.stats["parts"]:
                 files = sorted((p / part["folder"] / "data").glob("*.parquet"))
                 stages.append((part.get("bucket") or p.name, files))
         else:

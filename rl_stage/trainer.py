@@ -31,11 +31,11 @@ import os
 import random
 import shutil
 import time
+import tomllib
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
-import tomllib
 
 from curate.errors import GradusError
 

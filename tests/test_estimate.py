@@ -13,10 +13,11 @@ import pytest
 
 from curate import templates
 from curate.engines import Completion, GenRequest, Sampler, SamplingConfig, sample_seed
-from curate.estimate import EstimateConfig, EstimateError, estimate, param_key, store_identity, template_fingerprint, wilson
+from curate.estimate import EstimateConfig, estimate, param_key, store_identity, template_fingerprint, wilson
 from curate.grading import GRADER_VERSION
 from curate.pipeline import ingest
 from curate.shards import read_table
+from curate.stage import StageError
 
 
 def test_wilson_hand_computed():
@@ -146,8 +147,8 @@ def _cfg(tmp_path, **kw):
 def test_estimate_scores_every_row_and_rejects_rows_without_gold(tmp_path, small_input):
     cfg = _cfg(tmp_path, keep_responses=True)
     m = estimate([small_input], tmp_path / "est", cfg, sampler=ScriptedSampler(cfg.sampling, _script(4)), progress=False)
-    assert (m["rows_in"], m["rows_kept"], m["rows_rejected"]) == (11, 10, 1)
-    assert m["rejected_by_reason"] == {"no_gold": 1}
+    assert (m.rows_in, m.rows_kept, m.rows_rejected) == (11, 10, 1)
+    assert m.rejected_by_reason == {"no_gold": 1}
     t = read_table(tmp_path / "est" / "kept").to_pylist()
     for row in t:
         want = len(row["problem"]) % 5  # the script's rule, k = 4
@@ -164,12 +165,12 @@ def test_estimate_scores_every_row_and_rejects_rows_without_gold(tmp_path, small
     hist = {}
     for row in t:
         hist[str(row["n_correct"])] = hist.get(str(row["n_correct"]), 0) + 1
-    assert m["pass_count_histogram"] == hist
+    assert m.stats["pass_count_histogram"] == hist
     resp = read_table(tmp_path / "est" / "responses")
     assert resp.num_rows == 40 and set(resp["outcome"].to_pylist()) <= {"correct", "wrong"}
     # the same run again is a no-op
     again = estimate([small_input], tmp_path / "est", cfg, sampler=ScriptedSampler(cfg.sampling, _script(4)), progress=False)
-    assert again["skipped"]
+    assert again.skipped
 
 
 def test_killed_run_resumes_without_duplicates_or_losses(tmp_path, small_input):
@@ -185,13 +186,13 @@ def test_killed_run_resumes_without_duplicates_or_losses(tmp_path, small_input):
     assert not list((tmp_path / "est").glob("*/*.tmp"))
     second = ScriptedSampler(cfg.sampling, _script(4))
     m = estimate([small_input], tmp_path / "est", cfg, sampler=second, progress=False)
-    assert m["this_run"]["chunks_already_done"] == 1
+    assert m.stats["this_run"]["chunks_already_done"] == 1
     assert len(second.served) == 7  # rows 3..9; row 10 has no gold
     a = read_table(tmp_path / "est" / "kept").sort_by("id")
     b = read_table(tmp_path / "full" / "kept").sort_by("id")
     assert a.num_rows == 10 and a["id"].to_pylist() == b["id"].to_pylist()
     assert a["correct"].to_pylist() == b["correct"].to_pylist()
-    assert m["rows_in"] == m["rows_kept"] + m["rows_rejected"] == full["rows_in"]
+    assert m.rows_in == m.rows_kept + m.rows_rejected == full.rows_in
 
 
 def test_other_settings_in_the_same_folder_are_refused(tmp_path, small_input):
@@ -201,11 +202,11 @@ def test_other_settings_in_the_same_folder_are_refused(tmp_path, small_input):
         estimate([small_input], tmp_path / "est", cfg, sampler=first, progress=False)
     other = _cfg(tmp_path)
     other.template = "r1"
-    with pytest.raises(EstimateError, match="other inputs or settings"):
+    with pytest.raises(StageError, match="made with other settings"):
         estimate([small_input], tmp_path / "est", other, sampler=ScriptedSampler(other.sampling, _script(4)), progress=False)
     m = estimate([small_input], tmp_path / "est", other, sampler=ScriptedSampler(other.sampling, _script(4)),
                  force=True, progress=False)
-    assert m["rows_kept"] == 10
+    assert m.rows_kept == 10
 
 
 def test_store_skips_problems_already_scored(tmp_path, small_input):
@@ -215,7 +216,7 @@ def test_store_skips_problems_already_scored(tmp_path, small_input):
     assert sum(pq.ParquetFile(p).metadata.num_rows for p in seg) == 10
     again = ScriptedSampler(cfg.sampling, _script(4))
     m = estimate([small_input], tmp_path / "b", cfg, sampler=again, progress=False)
-    assert again.served == [] and m["this_run"]["store_hits"] == 10
+    assert again.served == [] and m.stats["this_run"]["store_hits"] == 10
     a, b = read_table(tmp_path / "a" / "kept").sort_by("id"), read_table(tmp_path / "b" / "kept").sort_by("id")
     assert a.equals(b)
     # nothing was appended twice
@@ -256,7 +257,7 @@ def test_prompt_too_long_is_rejected_with_reason(tmp_path, small_input):
     cfg.sampling = SamplingConfig(k=4, max_tokens=32, max_prompt_tokens=3)  # "Compute qN = M" is 4 words
     sampler = ScriptedSampler(cfg.sampling, _script(4), tokenizer=WordTokenizer())
     m = estimate([small_input], tmp_path / "est", cfg, sampler=sampler, progress=False)
-    assert m["rejected_by_reason"] == {"prompt_too_long": 10, "no_gold": 1} and m["rows_kept"] == 0
+    assert m.rejected_by_reason == {"prompt_too_long": 10, "no_gold": 1} and m.rows_kept == 0
     rej = read_table(tmp_path / "est" / "rejected").to_pylist()
     assert all(r["reject_stage"] == "estimate" for r in rej)
     details = [r["reject_detail"] for r in rej if r["reject_reason"] == "prompt_too_long"]
@@ -274,7 +275,7 @@ def test_store_lookup_with_another_gold_samples_again(tmp_path, small_input):
     assert read_table(tmp_path / "fixed" / "kept")["id"].to_pylist() == read_table(small_input / "kept")["id"].to_pylist()[:10]
     again = ScriptedSampler(cfg.sampling, _script(4))
     m = estimate([tmp_path / "fixed"], tmp_path / "b", cfg, sampler=again, progress=False)
-    assert len(again.served) == 10 and m["this_run"]["store_hits"] == 0
+    assert len(again.served) == 10 and m.stats["this_run"]["store_hits"] == 0
     # the script answers the number in the text, which is no longer the gold: nothing is correct now
     assert set(read_table(tmp_path / "b" / "kept")["n_correct"].to_pylist()) == {0}
 
@@ -286,19 +287,19 @@ def test_a_grader_change_reruns_the_stage_and_misses_the_store(tmp_path, small_i
     estimate([small_input], tmp_path / "a", cfg, sampler=ScriptedSampler(cfg.sampling, _script(4)), progress=False)
     monkeypatch.setattr(est, "GRADER_VERSION", GRADER_VERSION + ";changed")
     # the finished stage is not "skipped" with the old verdicts: its identity names the grader
-    with pytest.raises(EstimateError, match="other inputs or settings"):
+    with pytest.raises(StageError, match="made with other settings"):
         estimate([small_input], tmp_path / "a", cfg, sampler=ScriptedSampler(cfg.sampling, _script(4)), progress=False)
     fresh = ScriptedSampler(cfg.sampling, _script(4))
     m = estimate([small_input], tmp_path / "a", cfg, sampler=fresh, force=True, progress=False)
-    assert len(fresh.served) == 10 and m["this_run"]["store_hits"] == 0  # the store key names the grader too
-    assert m["config"]["grader_version"].endswith(";changed")
+    assert len(fresh.served) == 10 and m.stats["this_run"]["store_hits"] == 0  # the store key names the grader too
+    assert m.config["grader_version"].endswith(";changed")
 
 
 def test_an_unresolved_model_revision_turns_the_store_off(tmp_path, small_input):
     cfg = _cfg(tmp_path)
     cfg.model_revision = None  # the scripted model path does not exist: its revision cannot be resolved
     m = estimate([small_input], tmp_path / "a", cfg, sampler=ScriptedSampler(cfg.sampling, _script(4)), progress=False)
-    assert m["model_revision"] == "unresolved" and m["store"].startswith("off")
+    assert m.stats["model_revision"] == "unresolved" and m.stats["store"].startswith("off")
     assert not list((tmp_path / "store").rglob("*.parquet"))
 
 
@@ -321,4 +322,4 @@ def test_timeouts_count_as_failures(tmp_path, small_input):
         assert row["pass_rate"] == pytest.approx(0.5)
         lo, hi = wilson(2, 4)
         assert row["pass_rate_low"] == pytest.approx(lo, abs=1e-6) and row["pass_rate_high"] == pytest.approx(hi, abs=1e-6)
-    assert m["sample_outcomes"]["timeout"] == 10
+    assert m.stats["sample_outcomes"]["timeout"] == 10

@@ -54,7 +54,7 @@ def _check(out, m, backend):
     t = read_table(out / "kept")
     assert t.schema.names == SCHEMA.names
     rows = t.to_pylist()
-    assert m["rows_in"] == len(rows) and m["rows_rejected"] == 0
+    assert m.rows_in == len(rows) and m.rows_rejected == 0
     easy = [r for r in rows if r["source"] == "synthetic"]
     hard = [r for r in rows if r["source"] != "synthetic"]
     assert len(easy) == 6 and hard
@@ -81,14 +81,14 @@ def test_vllm_cpu_end_to_end_and_reproducible(small_set, tmp_path):
     sampler = VLLMSampler(path, cfg.sampling, model_name=name)
     m = estimate(small_set, tmp_path / "a", cfg, sampler=sampler, progress=False)
     rows = _check(tmp_path / "a", m, "vllm")
-    assert m["this_run"]["tokens_per_s"] > 0
+    assert m.stats["this_run"]["tokens_per_s"] > 0
     # a second run with the same seed draws the same samples (per-sample seeds, any batching)
     cfg.chunk_rows = 3
     m2 = estimate(small_set, tmp_path / "b", cfg, sampler=sampler, progress=False)
     again = {r["id"]: r for r in read_table(tmp_path / "b" / "kept").to_pylist()}
     for r in rows:
         assert (again[r["id"]]["response_tokens"], again[r["id"]]["outcomes"]) == (r["response_tokens"], r["outcomes"])
-    assert m2["pass_count_histogram"] == m["pass_count_histogram"]
+    assert m2.stats["pass_count_histogram"] == m.stats["pass_count_histogram"]
 
 
 @needs_hf

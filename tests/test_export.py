@@ -36,10 +36,10 @@ def scored(tmp_path):
 def test_round_trip_identical_rows(scored, tmp_path, fmt):
     cfg = ExportConfig(format=fmt, total=12, seed=1, template="qwen_math", rows_per_shard=5)
     m = export([scored], tmp_path / fmt, cfg)
-    assert m["rows"] == 12
+    assert m.rows_kept == 12
     back = read_export(tmp_path / fmt)
     ref = export([scored], tmp_path / "ref", ExportConfig(format="parquet", total=12, seed=1, template="qwen_math"))
-    assert ref["rows"] == 12
+    assert ref.rows_kept == 12
     want = read_export(tmp_path / "ref")
     assert back.schema == EXPORT_SCHEMA and back.to_pylist() == want.to_pylist()
     if fmt == "hf":
@@ -65,18 +65,19 @@ def test_exports_are_deterministic_under_a_seed(scored, tmp_path):
     export([scored], tmp_path / "c", ExportConfig(format="jsonl", total=12, seed=8))
     assert ja != (tmp_path / "c" / "data" / "part_00000.jsonl").read_bytes()
     again = export([scored], tmp_path / "a", ExportConfig(format="jsonl", total=12, seed=7))
-    assert again["skipped"]
+    assert again.skipped
 
 
 def test_curriculum_folders_easy_to_hard_with_weights(scored, tmp_path):
     m = export([scored], tmp_path / "cur", ExportConfig(format="parquet", curriculum=True))
-    assert [(p["folder"], p["rows"]) for p in m["parts"]] == [("stage_1_easy", 8), ("stage_2_medium", 3), ("stage_3_hard", 10)]
-    assert [p["pass_rate_mean"] for p in m["parts"]] == pytest.approx([0.8, 0.5, 0.24])  # hard: (6*0.2 + 4*0.3) / 10
+    parts = m.stats["parts"]
+    assert [(p["folder"], p["rows"]) for p in parts] == [("stage_1_easy", 8), ("stage_2_medium", 3), ("stage_3_hard", 10)]
+    assert [p["pass_rate_mean"] for p in m.stats["parts"]] == pytest.approx([0.8, 0.5, 0.24])  # hard: (6*0.2 + 4*0.3) / 10
     t = read_export(tmp_path / "cur")
     assert t["stage"].to_pylist() == [1] * 8 + [2] * 3 + [3] * 10
     w = dict(zip(t["n_correct"].to_pylist(), t["sample_weight"].to_pylist(), strict=False))
     assert w == pytest.approx({8: 0.2, 5: 0.5, 2: 0.8, 3: 0.7})
-    stage_m = json.loads((tmp_path / "cur" / "stage_3_hard" / "manifest.json").read_text())
+    stage_m = json.loads((tmp_path / "cur" / "stage_3_hard" / "part.json").read_text())
     assert stage_m["bucket"] == "hard" and stage_m["rows"] == 10
     rep = json.loads((tmp_path / "cur" / "selection_report.json").read_text())
     assert rep["excluded"] == {"unsolved": 5, "solved": 4}

@@ -204,5 +204,6 @@ def test_a_worker_that_died_while_idle_is_replaced():
         assert p.grade(["1"], [r"\boxed{\frac{2}{2}}"]) == ["correct"]
         p._workers[0].proc.kill()
         p._workers[0].proc.join()
-        assert p.grade(["2", "3", "4"], [r"\boxed{\sqrt{4}}", r"\boxed{\frac{9}{3}}", r"\boxed{5}"]) == ["correct", "correct", "wrong"]
+        out = p.grade(["2", "3", "4"], [r"\boxed{\sqrt{4}}", r"\boxed{\frac{9}{3}}", r"\boxed{5}"])
+        assert out == ["correct", "correct", "wrong"]
         assert all(w.proc.is_alive() for w in p._workers)

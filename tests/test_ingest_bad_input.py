@@ -30,15 +30,15 @@ def test_malformed_jsonl_rows_become_rejects(tmp_path):
         json.dumps({"problem": "Unbalanced $\\frac{1}{2$", "answer": "1"}).encode(),  # kept here; filter rejects
     ])
     m = ingest(str(src), tmp_path / "out")
-    assert m["rows_in"] == 8
-    assert m["rows_kept"] + m["rows_rejected"] == 8
-    assert m["rejected_by_reason"] == {
+    assert m.rows_in == 8
+    assert m.rows_kept + m.rows_rejected == 8
+    assert m.rejected_by_reason == {
         "ingest_malformed_json": 1, "ingest_invalid_utf8": 1, "ingest_problem_not_string": 1,
         "ingest_missing_problem": 1, "ingest_oversized_field": 1,
     }
     kept = read_table(tmp_path / "out" / "kept").to_pylist()
     assert [r["answer"] for r in kept] == ["4", "6", "1"]
-    assert m["read_path"] == "python"  # the arrow reader failed, the line-by-line path took over
+    assert m.stats["read_path"] == "python"  # the arrow reader failed, the line-by-line path took over
     rej = read_table(tmp_path / "out" / "rejected").to_pylist()
     assert all(r["reject_stage"] == "ingest" for r in rej)
 
@@ -47,8 +47,8 @@ def test_csv_with_invalid_utf8_and_ragged_rows(tmp_path):
     src = tmp_path / "a.csv"
     src.write_bytes(b'id,problem,answer\n1,"What is $1+1$?",2\n2,"bad \xff",3\n3,"short row"\n')
     m = ingest(str(src), tmp_path / "out")
-    assert m["rows_in"] == 3 and m["rows_kept"] == 1
-    assert m["rejected_by_reason"] == {"ingest_invalid_utf8": 1, "ingest_malformed_csv": 1}
+    assert m.rows_in == 3 and m.rows_kept == 1
+    assert m.rejected_by_reason == {"ingest_invalid_utf8": 1, "ingest_malformed_csv": 1}
 
 
 def test_mapping_and_boxed_mapping(tmp_path):
@@ -57,7 +57,7 @@ def test_mapping_and_boxed_mapping(tmp_path):
     m = ingest(str(src), tmp_path / "out", mapping="problem=q,answer=boxed(sol),solution=sol,id=uid")
     row = read_table(tmp_path / "out" / "kept").to_pylist()[0]
     assert (row["problem"], row["answer"], row["source_id"], row["answer_type"]) == ("Compute $1+2$.", "3", "u1", "integer")
-    assert m["rows_kept"] == 1
+    assert m.rows_kept == 1
 
 
 def test_clear_errors(tmp_path):
@@ -91,7 +91,7 @@ def test_ingest_rerun_is_a_no_op(tmp_path):
     m1 = ingest(str(src), tmp_path / "out")
     before = (tmp_path / "out" / "kept" / "shard_00000.parquet").stat().st_mtime_ns
     m2 = ingest(str(src), tmp_path / "out")
-    assert not m1["skipped"] and m2["skipped"]
+    assert not m1.skipped and m2.skipped
     assert (tmp_path / "out" / "kept" / "shard_00000.parquet").stat().st_mtime_ns == before
     src.write_text(json.dumps({"problem": "What is $1+2$?", "answer": "3"}) + "\n")  # input changed: re-run
-    assert not ingest(str(src), tmp_path / "out")["skipped"]
+    assert not ingest(str(src), tmp_path / "out").skipped

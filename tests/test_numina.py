@@ -27,15 +27,15 @@ def test_numina_15_and_cot(tmp_path):
     p = tmp_path / "n15.jsonl"
     p.write_text("".join(json.dumps(r) + "\n" for r in rows15))
     m = ingest(str(p), tmp_path / "i15")
-    assert m["adapter"] == "numina_1.5"
+    assert m.stats["adapter"] == "numina_1.5"
     f = filter_stage([tmp_path / "i15"], tmp_path / "f15", FilterConfig())
     reasons = {r["answer"]: r["reject_reason"] for r in read_table(tmp_path / "f15" / "rejected").to_pylist()}
     assert reasons == {"proof": "proof", "4": "mcq", "7": "declared_invalid"}
-    assert f["rows_kept"] == 1
+    assert f.rows_kept == 1
 
     cot = tmp_path / "cot.jsonl"
     cot.write_text(json.dumps({"source": "aops_forum", "problem": "Compute $\\frac{1}{2}+\\frac{1}{2}$.",
                                "solution": "It is $\\boxed{1}$.", "messages": [{"role": "user", "content": "x"}]}) + "\n")
     m = ingest(str(cot), tmp_path / "icot")
     row = read_table(tmp_path / "icot" / "kept").to_pylist()[0]
-    assert m["adapter"] == "numina_cot" and row["answer"] == "1" and row["source_detail"] == "aops_forum"
+    assert m.stats["adapter"] == "numina_cot" and row["answer"] == "1" and row["source_detail"] == "aops_forum"

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 
+from curate.manifest import Manifest
 from curate.pipeline import CurateConfig, curate_all
-from curate.shards import read_manifest, read_table
+from curate.shards import read_table
 from curate.synthetic import HANDWRITTEN
 from flows.cli import demo_config, main
 
@@ -24,11 +25,11 @@ def test_demo_every_handwritten_item_gets_its_reason(tmp_path):
         reason = got.get(hid, "keep")
         assert reason.startswith(expect), (hid, expect, reason)
     # conservation through the chain: what one stage keeps is what the next reads
-    ms = [read_manifest(tmp_path / d) for d in ("1_ingest/00_synthetic", "2_filter", "3_decontam", "4_dedup")]
+    ms = [Manifest.load(tmp_path / d) for d in ("1_ingest/00_synthetic", "2_filter", "3_decontam", "4_dedup")]
     for a, b in zip(ms, ms[1:], strict=False):
-        assert a["rows_kept"] == b["rows_in"]
-    assert ms[0]["rows_in"] == 300 + len(HANDWRITTEN) == s["rows_in"]
-    assert s["rows_final"] == ms[-1]["rows_kept"]
+        assert a.rows_kept == b.rows_in
+    assert ms[0].rows_in == 300 + len(HANDWRITTEN) == s["rows_in"]
+    assert s["rows_final"] == ms[-1].rows_kept
     # the near duplicate points at the kept twin
     near = [r for r in read_table(tmp_path / "4_dedup" / "rejected").to_pylist() if r["source_id"] == "hw-near-2"][0]
     kept = {r["id"]: r["source_id"] for r in read_table(tmp_path / "4_dedup" / "kept").to_pylist()}

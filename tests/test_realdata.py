@@ -32,8 +32,8 @@ pytestmark = pytest.mark.realdata
 )
 def test_every_row_ingests(real_data, tmp_path, rel, adapter, rows):
     m = ingest(str(real_data / rel), tmp_path / "o")
-    assert m["adapter"] == adapter
-    assert m["rows_in"] == rows and m["rows_kept"] == rows, m["rejected_by_reason"]
+    assert m.stats["adapter"] == adapter
+    assert m.rows_in == rows and m.rows_kept == rows, m.rejected_by_reason
     t = read_table(tmp_path / "o" / "kept", columns=["problem", "answer", "source", "id"])
     assert all(t[c].type == "string" for c in ("problem", "answer", "source", "id"))
     if adapter in ("aime", "math", "math500", "orz"):
@@ -60,7 +60,7 @@ def test_orz_embedded_options_are_mcq(real_data, tmp_path):
     rej = {r["id"]: r["reject_reason"] for r in read_table(tmp_path / "f" / "rejected").to_pylist()}
     caught = [i for i in embedded if rej.get(i) == "mcq"]
     assert len(caught) == len(embedded)
-    assert m["rows_in"] == m["rows_kept"] + m["rows_rejected"]
+    assert m.rows_in == m.rows_kept + m.rows_rejected
 
 
 def test_aime_decontam_against_aime24_flags_only_2024(real_data, tmp_path):
@@ -73,7 +73,7 @@ def test_aime_decontam_against_aime24_flags_only_2024(real_data, tmp_path):
     n2024 = sum(1 for r in read_table(tmp_path / "i" / "kept").to_pylist() if r["year"] == 2024)
     assert len(rej) == n2024 == 14  # the Kaggle file holds 14 of the 2024 problems: every one is found
     assert all(r["contam_benchmark"] == "aime24" and r["contam_id"] for r in rej)
-    assert m["contaminated_by_benchmark"] == {"aime24": 14}
+    assert m.stats["contaminated_by_benchmark"] == {"aime24": 14}
     # Open-R1's any-shared-8-gram rule flags boilerplate in other years (measured: 128 with shared
     # n-grams dropped from the index)
     m0 = decontam_stage([tmp_path / "i"], tmp_path / "d0",

@@ -10,9 +10,10 @@ import typing
 import pyarrow as pa
 import pytest
 
+from curate.manifest import Manifest
 from curate.schema import REJECT_SCHEMA, SCHEMA, Record, records_to_table
 from curate.shards import ShardWriter, count_rows, iter_batches, read_table, shard_paths
-from curate.stage import run_stage
+from curate.stage import StageError, run_stage
 
 _PY = {pa.string(): str, pa.int32(): int, pa.int64(): int, pa.float32(): float, pa.bool_(): bool}
 
@@ -75,16 +76,21 @@ def test_run_stage_skips_complete_output_and_restarts_incomplete(tmp_path):
         calls.append(1)
         run.emit(records_to_table(_recs(3)))
 
-    m1 = run_stage("t", tmp_path, {"x": 1}, {"c": 1}, body)
-    assert m1["rows_kept"] == 3 and not m1["skipped"] and len(calls) == 1
-    m2 = run_stage("t", tmp_path, {"x": 1}, {"c": 1}, body)
-    assert m2["skipped"] and len(calls) == 1  # complete manifest, same inputs and config: nothing done
-    run_stage("t", tmp_path, {"x": 1}, {"c": 2}, body)  # new config: re-run
+    m1 = run_stage("ingest", tmp_path, [{"x": 1}], {"c": 1}, body)
+    assert m1.rows_kept == 3 and not m1.skipped and len(calls) == 1
+    m2 = run_stage("ingest", tmp_path, [{"x": 1}], {"c": 1}, body)
+    assert m2.skipped and len(calls) == 1  # complete manifest, same inputs and config: nothing done
+    with pytest.raises(StageError, match="made with other settings"):  # new config: refused without force
+        run_stage("ingest", tmp_path, [{"x": 1}], {"c": 2}, body)
+    assert len(calls) == 1 and Manifest.load(tmp_path).config == {"c": 1}  # and nothing was touched
+    run_stage("ingest", tmp_path, [{"x": 1}], {"c": 2}, body, force=True)
     assert len(calls) == 2
+    run_stage("ingest", tmp_path, [{"x": 2}], {"c": 2}, body)  # new inputs, same settings: re-run
+    assert len(calls) == 3
     # an interrupted run leaves no manifest; the next run starts clean, rows are not doubled
     (tmp_path / "manifest.json").unlink()
-    m4 = run_stage("t", tmp_path, {"x": 1}, {"c": 2}, body)
-    assert m4["rows_kept"] == 3 and read_table(tmp_path / "kept").num_rows == 3
+    m4 = run_stage("ingest", tmp_path, [{"x": 1}], {"c": 2}, body)
+    assert m4.rows_kept == 3 and read_table(tmp_path / "kept").num_rows == 3
     assert json.loads((tmp_path / "manifest.json").read_text())["rows_in"] == 3
 
 
@@ -94,7 +100,7 @@ def test_run_stage_failure_writes_no_manifest(tmp_path):
         raise RuntimeError("boom")
 
     with pytest.raises(RuntimeError):
-        run_stage("t", tmp_path, {}, {}, body)
+        run_stage("ingest", tmp_path, [], {}, body)
     assert not (tmp_path / "manifest.json").exists()
     assert not list((tmp_path / "kept").glob("*.tmp"))
 
