@@ -57,7 +57,7 @@ def run_one(stage: str, src: str, out: str) -> dict:
     else:
         raise ValueError(stage)
     secs = time.perf_counter() - t0
-    return {"seconds": secs, "rows_in": m["rows_in"], "timings": m.get("timings", {}),
+    return {"seconds": secs, "rows_in": m.rows_in, "timings": m.stats.get("timings", {}),
             "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 

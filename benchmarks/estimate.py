@@ -73,12 +73,12 @@ def main() -> None:
     t0 = time.perf_counter()
     m = estimate([tmp / "in"], tmp / "est", ecfg, sampler=vs, progress=False)
     est_s = time.perf_counter() - t0
-    est_tokens = m["this_run"]["tokens"]
+    est_tokens = m.stats["this_run"]["tokens"]
     figures["b_estimator_tokens"] = est_tokens
     figures["b_estimator_tokens_per_s"] = round(est_tokens / est_s, 1)
     figures["b_over_a"] = round(figures["b_estimator_tokens_per_s"] / figures["a_raw_tokens_per_s"], 3)
-    figures["b_pass_count_histogram"] = m["pass_count_histogram"]
-    figures["b_sample_outcomes"] = m["sample_outcomes"]
+    figures["b_pass_count_histogram"] = m.stats["pass_count_histogram"]
+    figures["b_sample_outcomes"] = m.stats["sample_outcomes"]
 
     # (c) grading on the responses of (b)
     resp = pq.read_table(tmp / "est" / "responses").to_pylist()

@@ -95,10 +95,10 @@ def main() -> None:
     t0 = time.perf_counter()
     m = estimate([tmp / "in"], tmp / "est", ecfg, sampler=vs, progress=False)
     dt = time.perf_counter() - t0
-    fig["estimator_tokens_per_s"] = round(m["this_run"]["tokens"] / dt, 1)
+    fig["estimator_tokens_per_s"] = round(m.stats["this_run"]["tokens"] / dt, 1)
     fig["estimator_over_raw"] = round(fig["estimator_tokens_per_s"] / fig["raw_tokens_per_s"], 3)
     fig["max_memory_gb"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
-    fig["pass_count_histogram"] = m["pass_count_histogram"]
+    fig["pass_count_histogram"] = m.stats["pass_count_histogram"]
     print(json.dumps(fig, indent=2))
     if a.json:
         Path(a.json).write_text(json.dumps(fig, indent=2))

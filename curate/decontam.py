@@ -43,11 +43,11 @@ KNOWN_BENCHMARKS = {
 
 @dataclass(frozen=True)
 class DecontamConfig:
-    benchmarks: tuple[str, ...] = ()  # NAME=PATH or known names
+    benchmarks: tuple[str, ...] = field(default=(), metadata={"path": True})  # NAME=PATH or aime24/aime25/math500/amc23
     ngram: int = 8  # Open-R1's decontamination default; Light-R1 uses 32
     min_overlap: float = 0.5  # fraction of the smaller n-gram set; 0 = any shared n-gram (Open-R1)
     min_overlap_numbers: float = 0.2  # lower bar when all the benchmark item's numbers are in the row
-    exact: bool = True
+    exact: bool = True  # also reject exact matches of the normalized text
 
     def __post_init__(self) -> None:
         if self.ngram < 1:

@@ -34,11 +34,10 @@ class DedupConfig:
     threshold: float = 0.8  # estimated Jaccard needed to confirm a near pair
     require_same_answer: bool = True  # a near pair with different gold answers is not a duplicate
     require_same_numbers: bool = True  # nor one whose statements hold different numbers
-    seed: int = 42
+    seed: int = 42  # MinHash permutation seed
     # Preferred sources first (competition originals over re-collections); unlisted ones rank after, in order seen.
-    source_priority: tuple[str, ...] = (
-        "aime", "aime_csv", "math500", "math", "omni_math", "deepscaler", "numina_1.5", "numina_cot", "deepmath", "orz",
-    )
+    source_priority: tuple[str, ...] = ("aime", "aime_csv", "math500", "math", "omni_math", "deepscaler", "numina_1.5",
+                                        "numina_cot", "deepmath", "orz")
 
     def __post_init__(self) -> None:
         if self.ngram < 1 or self.bands < 1 or self.rows < 1:

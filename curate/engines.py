@@ -42,19 +42,19 @@ class EngineError(GradusError):
 @dataclass(frozen=True)
 class SamplingConfig:
     k: int = 10  # samples per problem (Kimi k1.5 uses ten)
-    temperature: float = 1.0
-    top_p: float = 1.0
-    max_tokens: int = 1024
-    seed: int = 0
-    max_prompt_tokens: int = 1024
+    temperature: float = 1.0  # Kimi k1.5: "relatively high"; DAPO and Dr. GRPO sample at 1.0
+    top_p: float = 1.0  # nucleus; 1.0 keeps the model's whole distribution (DAPO, Dr. GRPO)
+    max_tokens: int = 1024  # generation budget per sample (our default; raise it for long-CoT models)
+    seed: int = 0  # per-sample seeds derive from (seed, problem id, sample index)
+    max_prompt_tokens: int = 1024  # longer prompts are rejected as prompt_too_long (our choice)
 
     def __post_init__(self):
         if self.k < 1:
             raise ValueError(f"k must be >= 1, got {self.k}")
         if self.temperature < 0 or not 0 < self.top_p <= 1:
             raise ValueError(f"bad sampling parameters: temperature={self.temperature} top_p={self.top_p}")
-        if self.max_tokens < 1:
-            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
+        if self.max_tokens < 1 or self.max_prompt_tokens < 1:
+            raise ValueError(f"max_tokens and max_prompt_tokens must be >= 1, got {self.max_tokens}, {self.max_prompt_tokens}")
 
     def as_dict(self) -> dict:
         return asdict(self)

@@ -40,6 +40,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from curate import templates
+from curate.config import ConfigError, check_choice
 from curate.engines import Completion, GenRequest, Sampler, SamplingConfig, make_sampler
 from curate.errors import GradusError
 from curate.grading import GRADER_VERSION, OUTCOMES, GradingPool, cut_off_unanswered
@@ -83,26 +84,34 @@ def wilson(n_correct: int, n: int, z: float = 1.959964) -> tuple[float, float]:
     return lo, hi
 
 
-@dataclass
+@dataclass(frozen=True)
 class EstimateConfig:
-    model: str | None = None  # None: the bundled SmolLM2 (converted once)
-    backend: str = "vllm"
-    template: str = "chat"
+    model: str | None = None  # model folder or hub id; None: the bundled SmolLM2-135M-Instruct (converted once)
+    backend: str = "vllm"  # vllm (in process) | hf (transformers generate) | openai (any OpenAI-compatible server)
+    template: str = "chat"  # chat (the model's own) | qwen_math | r1 | none (Dr. GRPO's comparison)
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
-    chunk_rows: int = 64
-    keep_responses: bool = False
-    base_url: str | None = None  # openai backend
-    grader_workers: int | None = None
-    grader_timeout_s: int = 5
-    store: str | None = "default"  # a folder, "default" (under the gradus cache) or None (no store)
-    model_revision: str | None = None  # hub revision, when the model is not a local folder
+    chunk_rows: int = 64  # rows per output part, the unit of resume (our choice: a part every minute or so on CPU)
+    keep_responses: bool = False  # also write every response to responses/
+    base_url: str | None = None  # OpenAI-compatible server, e.g. http://localhost:8000/v1 (backend openai)
+    grader_workers: int | None = None  # math-verify worker processes; None: one per CPU
+    grader_timeout_s: int = 5  # math-verify's seconds per parse/verify (its own default)
+    store: str | None = "default"  # difficulty store folder; "default": under $GRADUS_HOME; None: no store
+    model_revision: str | None = None  # hub revision to record (and key the store by) when the model is not a local folder
     limit: int | None = None  # score only the first N input rows (a sample; the manifest says so)
-    concurrency: int = 8  # openai backend: requests in flight
+    concurrency: int = 8  # backend openai: requests in flight (our choice; raise it for a fleet)
 
     def __post_init__(self):
-        templates.check(self.template)
-        if self.chunk_rows < 1:
-            raise ValueError("chunk_rows must be >= 1")
+        from curate.engines import BACKENDS
+
+        check_choice("backend", self.backend, BACKENDS)
+        check_choice("template", self.template, templates.TEMPLATES)
+        for name in ("chunk_rows", "grader_timeout_s", "concurrency"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1")
+        if self.limit is not None and self.limit < 1:
+            raise ConfigError("limit must be >= 1")
+        if self.backend == "openai" and not self.base_url:
+            raise ConfigError("backend openai needs base_url (e.g. http://localhost:8000/v1)")
 
     def as_dict(self) -> dict:
         d = asdict(self)

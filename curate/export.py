@@ -30,6 +30,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from curate import templates
+from curate.config import ConfigError, check_choice
 from curate.curriculum import BucketSpec, Selection, SelectionError, Target, curriculum_stages, select
 from curate.manifest import Manifest, ManifestError
 from curate.shards import ShardWriter, file_sha256, shard_paths, stage_dir, write_json_atomic
@@ -64,27 +65,31 @@ INPUT_COLUMNS = ["id", "source", "source_id", "subject", "level", "problem", "an
                  "pass_rate_high", "n_correct", "n_graded", "k", "model"]
 
 
-@dataclass
+@dataclass(frozen=True)
 class ExportConfig:
-    format: str = "parquet"
-    total: int | None = None  # None: every eligible row
-    target: str = "uniform"
-    buckets: str | None = None
-    shortfall: str = "redistribute"
-    include_ends: bool = False
-    curriculum: bool = False
-    template: str = "chat"
-    tokenizer: str | None = None  # model whose chat template renders ``prompt`` for template "chat"
-    seed: int = 0
-    weight_floor: float = 0.05
-    rows_per_shard: int = 50_000
+    format: str = "parquet"  # parquet | jsonl | hf (a datasets.save_to_disk folder)
+    total: int | None = None  # rows to select; None: every eligible row
+    target: str = "uniform"  # uniform (Kimi k1.5's balanced mix) | band:LO-HI (Open-R1: band:0.1-0.9) | hard=0.5,medium=0.3,...
+    buckets: str | None = None  # middle buckets by upper pass rate; None: hard=1/3,medium=2/3,easy=1 (our choice)
+    shortfall: str = "redistribute"  # when a bucket has fewer rows than its quota: redistribute | fail
+    include_ends: bool = False  # let never- and always-solved rows in (Skywork-OR1, Open-R1, POLARIS leave them out)
+    curriculum: bool = False  # one folder per stage, easy to hard (Kimi k1.5's curriculum sampling)
+    template: str = "chat"  # prompt template: chat | qwen_math | r1 | none
+    tokenizer: str | None = None  # model whose chat template renders the prompt text (template chat)
+    seed: int = 0  # selection and order seed
+    weight_floor: float = 0.05  # floor of Kimi's 1 - pass_rate resampling weight (our choice: solved rows not starved)
+    rows_per_shard: int = 50_000  # rows per output file (our choice: ~50-100 MB Parquet at typical row sizes)
 
     def __post_init__(self):
-        if self.format not in FORMATS:
-            raise SelectionError(f"unknown export format {self.format!r}; choose one of: {', '.join(FORMATS)}")
-        templates.check(self.template)
+        check_choice("format", self.format, FORMATS)
+        check_choice("shortfall", self.shortfall, ("redistribute", "fail"))
+        check_choice("template", self.template, templates.TEMPLATES)
         if self.rows_per_shard < 1:
-            raise SelectionError("rows_per_shard must be >= 1")
+            raise ConfigError("rows_per_shard must be >= 1")
+        if self.total is not None and self.total < 1:
+            raise ConfigError("total must be >= 1 (or left out for every eligible row)")
+        if not 0 <= self.weight_floor <= 1:
+            raise ConfigError("weight_floor must be in [0, 1]")
 
 
 def load_scored(inputs: list[Path]) -> pa.Table:

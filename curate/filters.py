@@ -31,14 +31,14 @@ class FilterConfig:
     max_answer_chars: int = 200
     # Fraction of control characters above which a "problem" is binary junk, not text.
     max_control_frac: float = 0.01
-    skip: tuple[str, ...] = ()
+    skip: tuple[str, ...] = ()  # filter steps to turn off (gradus list filters)
     gold_gate: bool = True  # math-verify must parse the gold answer (ORZ); see curate.pipeline
-    gold_timeout_s: int = 5
+    gold_timeout_s: int = 5  # math-verify's seconds per gold parse (its own default)
 
     def __post_init__(self) -> None:
         unknown = [s for s in self.skip if s not in STEP_NAMES and s != "answer_unparseable"]
         if unknown:
-            raise ValueError(f"skip: unknown filter(s) {unknown}; choose from {', '.join(STEP_NAMES)}")
+            raise ValueError(f"skip: unknown filter(s) {unknown}; choose from {', '.join(STEP_NAMES)}, answer_unparseable")
         if self.max_problem_chars <= 0 or self.max_answer_chars <= 0:
             raise ValueError("max_problem_chars and max_answer_chars must be positive")
 

@@ -11,7 +11,6 @@ contaminated, not only the one a dedup would have kept.
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -21,6 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from curate.answers import answer_types
+from curate.config import ConfigError, check_keys, from_dict, load_file
 from curate.decontam import BenchmarkIndex, DecontamConfig, resolve_benchmark
 from curate.dedup import DedupConfig, hash_strings, minhash, number_keys, plan
 from curate.filters import FilterConfig, apply_filters
@@ -242,11 +242,11 @@ def dedup_stage(inputs: list[Path], out: Path, cfg: DedupConfig | None = None, f
 # --------------------------------------------------------------------------------------------- curate
 @dataclass(frozen=True)
 class SourceSpec:
-    spec: str  # path, hub id, or synthetic:...
+    spec: str = field(metadata={"path": True})  # a file, a hub id (owner/name[@split]) or synthetic:...
     name: str | None = None  # source name (default: the adapter's)
-    format: str | None = None
-    adapter: str | None = None
-    mapping: str | None = None
+    format: str | None = None  # jsonl | json | csv | parquet | hf | synthetic (default: from the file name)
+    adapter: str | None = None  # force an adapter (gradus list adapters; default: detected from the columns)
+    mapping: str | None = None  # column mapping, e.g. problem=question,answer=boxed(solution)
 
 
 @dataclass(frozen=True)
@@ -256,39 +256,47 @@ class CurateConfig:
     decontam: DecontamConfig = field(default_factory=DecontamConfig)
     dedup: DedupConfig = field(default_factory=DedupConfig)
 
+    def __post_init__(self):
+        if not self.sources:
+            raise ConfigError("sources: list at least one source")
+
     @classmethod
-    def from_dict(cls, d: dict) -> CurateConfig:
-        known = {"sources", "filters", "decontam", "dedup"}
-        unknown = set(d) - known
-        if unknown:
-            raise ValueError(f"config: unknown key(s) {sorted(unknown)}; expected {sorted(known)}")
-        if not d.get("sources"):
-            raise ValueError("config: 'sources' must list at least one source")
-        srcs = tuple(SourceSpec(s) if isinstance(s, str) else SourceSpec(**s) for s in d["sources"])
-
-        def sub(klass, key):
-            vals = dict(d.get(key) or {})
-            for k, v in vals.items():
-                if isinstance(v, list):
-                    vals[k] = tuple(v)
-            try:
-                return klass(**vals)
-            except TypeError as e:
-                raise ValueError(f"config: bad '{key}' section: {e}") from e
-
-        return cls(srcs, sub(FilterConfig, "filters"), sub(DecontamConfig, "decontam"), sub(DedupConfig, "dedup"))
+    def from_dict(cls, d: dict, base_dir: Path | None = None) -> CurateConfig:
+        """A config from a dict; relative paths are relative to ``base_dir`` (the config file's folder)."""
+        check_keys(d, {"sources", "filters", "decontam", "dedup"}, "config")
+        raw = d.get("sources")
+        if not isinstance(raw, list) or not raw:
+            raise ConfigError("config: 'sources' must list at least one source")
+        srcs = tuple(from_dict(SourceSpec, {"spec": s} if isinstance(s, str) else s, f"sources[{i}]", base_dir)
+                     for i, s in enumerate(raw))
+        return cls(srcs, *(from_dict(k, d.get(key) or {}, key, base_dir)
+                           for k, key in ((FilterConfig, "filters"), (DecontamConfig, "decontam"), (DedupConfig, "dedup"))))
 
     @classmethod
     def load(cls, path: Path) -> CurateConfig:
-        p = Path(path)
-        if not p.is_file():
-            raise SourceError(f"{path}: no such config file")
-        text = p.read_text()
-        if p.suffix in (".toml",):
-            import tomllib
+        return cls.from_dict(load_file(path), base_dir=Path(path).resolve().parent)
 
-            return cls.from_dict(tomllib.loads(text))
-        return cls.from_dict(json.loads(text))
+    def check(self) -> list[str]:
+        """Everything that can be checked before any work: each source and benchmark can be found.
+        Returns a plan, one line a step; raises on the first problem."""
+        plan = []
+        for i, s in enumerate(self.sources):
+            fmt = s.format or detect_format(s.spec)
+            if s.adapter and s.adapter not in ADAPTERS:
+                raise SourceError(f"sources[{i}]: unknown adapter {s.adapter!r}; gradus list adapters")
+            if s.mapping:
+                parse_mapping(s.mapping)
+            plan.append(f"ingest {s.spec} ({fmt}{', adapter ' + s.adapter if s.adapter else ''})")
+        plan.append(f"filter (skip: {', '.join(self.filters.skip) or 'none'}; gold gate "
+                    f"{'on' if self.filters.gold_gate else 'off'})")
+        if self.decontam.benchmarks:
+            for b in self.decontam.benchmarks:
+                name, where = resolve_benchmark(b)
+                if "=" in b and not Path(where).is_file():
+                    raise SourceError(f"decontam.benchmarks: {b}: no such file {where}")
+            plan.append(f"decontam against {', '.join(self.decontam.benchmarks)} ({self.decontam.ngram}-grams)")
+        plan.append(f"dedup ({'exact + near' if self.dedup.near else 'exact'})")
+        return plan
 
 
 def _source_dirname(i: int, s: SourceSpec) -> str:
@@ -299,6 +307,7 @@ def _source_dirname(i: int, s: SourceSpec) -> str:
 def curate_all(cfg: CurateConfig, out: Path, force: bool = False) -> dict:
     """Run every stage in order; returns a summary that names each stage's output and counts."""
     out = Path(out)
+    cfg.check()  # sources and benchmarks found before any stage runs
     ingested = [
         ingest(s.spec, out / "1_ingest" / _source_dirname(i, s), s.format, s.adapter, s.mapping, s.name, force)
         for i, s in enumerate(cfg.sources)

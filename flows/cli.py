@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
@@ -36,36 +37,38 @@ def _print_manifest(m, out: Path) -> None:
 def cmd_ingest(a: argparse.Namespace) -> None:
     from curate.pipeline import ingest
 
-    _print_manifest(ingest(a.source, Path(a.out), a.format, a.adapter, a.map, a.name, a.force), Path(a.out))
+    m = ingest(a.source, Path(a.out), a.format, a.adapter, a.mapping, a.name, a.force)
+    _print_manifest(m, Path(a.out))
+    print(f"  adapter: {m.stats.get('adapter')} (format {m.config.get('format')})")
+    if m.rows_in and not m.rows_kept:
+        raise ValueError(f"kept 0 of {m.rows_in} rows ({', '.join(m.rejected_by_reason)}): wrong --format or --adapter?")
 
 
 def cmd_filter(a: argparse.Namespace) -> None:
+    from curate.config import from_args
     from curate.filters import FilterConfig
     from curate.pipeline import filter_stage
 
-    cfg = FilterConfig(
-        max_problem_chars=a.max_problem_chars, max_answer_chars=a.max_answer_chars,
-        skip=tuple(a.skip or ()), gold_gate=not a.no_gold_gate,
-    )
-    _print_manifest(filter_stage([Path(d) for d in a.inputs], Path(a.out), cfg, a.force), Path(a.out))
+    m = filter_stage([Path(d) for d in a.inputs], Path(a.out), from_args(FilterConfig, a), a.force)
+    _print_manifest(m, Path(a.out))
 
 
 def cmd_decontam(a: argparse.Namespace) -> None:
+    from curate.config import from_args
     from curate.decontam import DecontamConfig
     from curate.pipeline import decontam_stage
 
-    cfg = DecontamConfig(benchmarks=tuple(a.against), ngram=a.ngram, min_overlap=a.min_overlap)
-    m = decontam_stage([Path(d) for d in a.inputs], Path(a.out), cfg, a.force)
+    m = decontam_stage([Path(d) for d in a.inputs], Path(a.out), from_args(DecontamConfig, a), a.force)
     _print_manifest(m, Path(a.out))
     print(f"  benchmark items indexed: {m.stats.get('benchmark_items')}")
 
 
 def cmd_dedup(a: argparse.Namespace) -> None:
+    from curate.config import from_args
     from curate.dedup import DedupConfig
     from curate.pipeline import dedup_stage
 
-    cfg = DedupConfig(near=not a.no_near, threshold=a.threshold, ngram=a.ngram)
-    m = dedup_stage([Path(d) for d in a.inputs], Path(a.out), cfg, a.force)
+    m = dedup_stage([Path(d) for d in a.inputs], Path(a.out), from_args(DedupConfig, a), a.force)
     _print_manifest(m, Path(a.out))
 
 
@@ -82,7 +85,13 @@ def cmd_curate(a: argparse.Namespace) -> None:
     from curate.pipeline import CurateConfig, curate_all
 
     out = Path(a.out)
-    _print_summary(curate_all(CurateConfig.load(Path(a.config)), out, a.force), out)
+    cfg = CurateConfig.load(Path(a.config))
+    if a.dry_run:
+        print(f"config {a.config} is valid; the run would do, into {out}:")
+        for line in cfg.check():
+            print(f"  {line}")
+        return
+    _print_summary(curate_all(cfg, out, a.force), out)
 
 
 def demo_config() -> dict:
@@ -138,18 +147,28 @@ def demo_estimate(final: Path, out: Path, a: argparse.Namespace) -> dict:
 
 
 def cmd_estimate(a: argparse.Namespace) -> None:
-    from curate.engines import SamplingConfig
+    from curate.config import from_args
     from curate.estimate import EstimateConfig, estimate
 
-    cfg = EstimateConfig(
-        model=a.model, backend=a.backend, template=a.template, chunk_rows=a.chunk_rows, keep_responses=a.keep_responses,
-        base_url=a.base_url, grader_workers=a.grader_workers, grader_timeout_s=a.grader_timeout,
-        store=None if a.no_store else a.store, model_revision=a.revision, limit=a.limit, concurrency=a.concurrency,
-        sampling=SamplingConfig(k=a.k, temperature=a.temperature, top_p=a.top_p, max_tokens=a.max_tokens, seed=a.seed,
-                                max_prompt_tokens=a.max_prompt_tokens),
-    )
+    cfg = from_args(EstimateConfig, a, **({"store": None} if a.no_store else {}))
+    _warn_uncurated(a.inputs)
+    if a.dry_run:
+        print(json.dumps(cfg.as_dict(), indent=2))
+        return
     m = estimate([Path(d) for d in a.inputs], Path(a.out), cfg, force=a.force, progress=not a.no_progress)
     _print_estimate(m, Path(a.out))
+
+
+def _warn_uncurated(inputs: list[str]) -> None:
+    from curate.manifest import Manifest
+
+    for d in map(Path, inputs):
+        if d.name == "rejected" or d.parent.name == "rejected":
+            print(f"warning: {d} holds REJECTED rows", file=sys.stderr)
+            continue
+        m = Manifest.find(d) if d.is_dir() else None
+        if m is not None and m.stage in ("ingest", "filter"):
+            print(f"warning: {d} is a {m.stage} output: not yet decontaminated and deduplicated", file=sys.stderr)
 
 
 def _print_estimate(m, out: Path) -> None:
@@ -169,11 +188,13 @@ def _print_estimate(m, out: Path) -> None:
 
 
 def cmd_export(a: argparse.Namespace) -> None:
+    from curate.config import from_args
     from curate.export import ExportConfig, export
 
-    cfg = ExportConfig(format=a.format, total=a.total, target=a.target, buckets=a.buckets, shortfall=a.shortfall,
-                       include_ends=a.include_ends, curriculum=a.curriculum, template=a.template, tokenizer=a.tokenizer,
-                       seed=a.seed, weight_floor=a.weight_floor, rows_per_shard=a.rows_per_shard)
+    cfg = from_args(ExportConfig, a)
+    if a.dry_run:
+        print(json.dumps(dataclasses.asdict(cfg), indent=2))
+        return
     m = export([Path(d) for d in a.inputs], Path(a.out), cfg, force=a.force)
     _print_export(m, Path(a.out))
 
@@ -198,15 +219,21 @@ def _print_export(m, out: Path) -> None:
 
 
 def cmd_train(a: argparse.Namespace) -> None:
-    from rl_stage.trainer import TrainConfig, Trainer
+    from curate.config import given
+    from rl_stage.trainer import TrainConfig, Trainer, TrainError
 
-    cfg = TrainConfig.load(Path(a.config), out=a.out, steps=a.steps, rollout_backend=a.rollout_backend)
+    cfg = TrainConfig.load(Path(a.config), **given(TrainConfig, a))
     t = Trainer(cfg, resume=a.resume)
     print(f"train: preset {cfg.preset} ({t.alg['cite']})")
+    if a.dry_run:
+        print(json.dumps({**dataclasses.asdict(cfg), "resolved": t.alg}, indent=2, default=str))
+        return
     ms = t.run(progress=not a.quiet)
-    n = sum(1 for m in ms if m.get("step", 0) > 0)
-    print(f"train: {n} steps this run, now at step {t.step}; metrics: {Path(cfg.out) / 'metrics.jsonl'}; "
+    steps = [m for m in ms if m.get("step", 0) > 0]
+    print(f"train: {len(steps)} steps this run, now at step {t.step}; metrics: {Path(cfg.out) / 'metrics.jsonl'}; "
           f"checkpoints: {Path(cfg.out) / 'checkpoints'}")
+    if steps and all(m.get("skipped") for m in steps):
+        raise TrainError(f"every step of this run was skipped ({steps[-1]['skipped']}): nothing was trained")
 
 
 def cmd_model(a: argparse.Namespace) -> None:
@@ -339,7 +366,24 @@ def cmd_list(a: argparse.Namespace) -> None:
             print(f"{k.name:<9} {k.description}")
 
 
-def build_parser() -> argparse.ArgumentParser:
+COMMANDS = ("ingest", "filter", "decontam", "dedup", "curate", "estimate", "export", "train", "model", "demo", "list", "show")
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The parser; options derived from config classes are built for ``only`` (the command given) alone, so
+    ``gradus --help`` imports nothing heavy. ``only=None`` builds every command's options."""
+
+    def add_options(parser, cls_path: str, **kw) -> None:
+        name = parser.prog.split()[-1] if isinstance(parser, argparse.ArgumentParser) else kw.pop("cmd")
+        if only is not None and name != only:
+            return
+        import importlib
+
+        from curate.config import add_options as add
+
+        mod, _, cls = cls_path.rpartition(".")
+        add(parser, getattr(importlib.import_module(mod), cls), **kw)
+
     p = argparse.ArgumentParser(prog="gradus", description="Difficulty-scored math RL curricula: curate, estimate, "
                                 "export, train.")
     p.add_argument("-v", "--verbose", action="store_true", help="engine logs and INFO messages")
@@ -351,7 +395,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", required=True)
     s.add_argument("--format", choices=["jsonl", "json", "csv", "parquet", "hf", "synthetic"])
     s.add_argument("--adapter", help="force a source adapter (default: detected from the columns)")
-    s.add_argument("--map", help="column mapping, e.g. problem=question,answer=final or answer=boxed(solution)")
+    s.add_argument("--mapping", "--map", help="column mapping, e.g. problem=question,answer=final or answer=boxed(solution)")
     s.add_argument("--name", help="source name stored in the 'source' column")
     s.add_argument("--force", action="store_true", help="re-run even if a complete output exists")
     s.set_defaults(fn=cmd_ingest)
@@ -359,28 +403,21 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("filter", help="drop unverifiable items (MCQ, proofs, yes/no, ...) and ungradable golds")
     s.add_argument("inputs", nargs="+")
     s.add_argument("--out", required=True)
-    s.add_argument("--max-problem-chars", type=int, default=6000)
-    s.add_argument("--max-answer-chars", type=int, default=200)
-    s.add_argument("--skip", action="append", help="turn a filter step off (repeatable)")
-    s.add_argument("--no-gold-gate", action="store_true", help="do not require math-verify to parse the gold")
+    add_options(s, "curate.filters.FilterConfig")
     s.add_argument("--force", action="store_true")
     s.set_defaults(fn=cmd_filter)
 
     s = sub.add_parser("decontam", help="drop rows that match evaluation benchmarks")
     s.add_argument("inputs", nargs="+")
     s.add_argument("--out", required=True)
-    s.add_argument("--against", action="append", required=True, help="NAME=PATH or aime24/aime25/math500/amc23")
-    s.add_argument("--ngram", type=int, default=8)
-    s.add_argument("--min-overlap", type=float, default=0.5, help="0 = any shared n-gram (Open-R1)")
+    add_options(s, "curate.decontam.DecontamConfig", aliases={"benchmarks": ["--against"]})
     s.add_argument("--force", action="store_true")
     s.set_defaults(fn=cmd_decontam)
 
     s = sub.add_parser("dedup", help="exact and near-duplicate removal")
     s.add_argument("inputs", nargs="+")
     s.add_argument("--out", required=True)
-    s.add_argument("--no-near", action="store_true")
-    s.add_argument("--threshold", type=float, default=0.8)
-    s.add_argument("--ngram", type=int, default=3)
+    add_options(s, "curate.dedup.DedupConfig")
     s.add_argument("--force", action="store_true")
     s.set_defaults(fn=cmd_dedup)
 
@@ -388,60 +425,34 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("config")
     s.add_argument("--out", required=True)
     s.add_argument("--force", action="store_true")
+    s.add_argument("--dry-run", action="store_true", help="check the config, sources and benchmarks; print the plan")
     s.set_defaults(fn=cmd_curate)
 
     s = sub.add_parser("estimate", help="difficulty: k samples per problem from a real engine, graded by math-verify")
     s.add_argument("inputs", nargs="+", help="stage outputs (e.g. runs/demo/4_dedup) or shard folders")
     s.add_argument("--out", required=True)
-    s.add_argument("--backend", choices=["vllm", "hf", "openai"], default="vllm")
-    s.add_argument("--model", help="model folder or hub id (default: the bundled SmolLM2-135M-Instruct)")
-    s.add_argument("--revision", help="hub revision to record when the model is not a local folder")
-    s.add_argument("--base-url", help="OpenAI-compatible server, e.g. http://localhost:8000/v1 (backend openai)")
-    s.add_argument("--concurrency", type=int, default=8, help="backend openai: requests in flight")
-    s.add_argument("--template", choices=["chat", "qwen_math", "r1", "none"], default="chat")
-    s.add_argument("--k", type=int, default=10, help="samples per problem (Kimi k1.5: 10)")
-    s.add_argument("--temperature", type=float, default=1.0)
-    s.add_argument("--top-p", type=float, default=1.0)
-    s.add_argument("--max-tokens", type=int, default=1024)
-    s.add_argument("--max-prompt-tokens", type=int, default=1024, help="longer prompts are rejected as prompt_too_long")
-    s.add_argument("--seed", type=int, default=0)
-    s.add_argument("--chunk-rows", type=int, default=64, help="rows per output part (the unit of resume)")
-    s.add_argument("--limit", type=int, help="score only the first N input rows")
-    s.add_argument("--keep-responses", action="store_true", help="also write the raw responses to responses/")
-    s.add_argument("--store", default="default", help="difficulty store folder (default: under $GRADUS_HOME)")
+    add_options(s, "curate.estimate.EstimateConfig",
+                aliases={"model_revision": ["--revision"], "grader_timeout_s": ["--grader-timeout"]})
     s.add_argument("--no-store", action="store_true", help="neither read nor write the difficulty store")
-    s.add_argument("--grader-workers", type=int)
-    s.add_argument("--grader-timeout", type=int, default=5, help="math-verify seconds per parse/verify")
     s.add_argument("--no-progress", action="store_true")
+    s.add_argument("--dry-run", action="store_true", help="check the settings and print them")
     s.add_argument("--force", action="store_true", help="start again even if the folder holds a (partial) run")
     s.set_defaults(fn=cmd_estimate)
 
     s = sub.add_parser("export", help="balanced / curriculum prompt sets from scored rows: parquet, jsonl or hf")
     s.add_argument("inputs", nargs="+", help="estimate outputs (scored shards)")
     s.add_argument("--out", required=True)
-    s.add_argument("--format", choices=["parquet", "jsonl", "hf"], default="parquet")
-    s.add_argument("--total", type=int, help="rows to select (default: every eligible row)")
-    s.add_argument("--target", default="uniform", help="uniform | band:0.1-0.9 | hard=0.5,medium=0.3,easy=0.2")
-    s.add_argument("--buckets", help="middle buckets by upper pass rate, e.g. hard=0.33,medium=0.66,easy=1")
-    s.add_argument("--shortfall", choices=["redistribute", "fail"], default="redistribute",
-                   help="when a bucket has fewer rows than its quota")
-    s.add_argument("--include-ends", action="store_true", help="allow never/always-solved rows (if the target names them)")
-    s.add_argument("--curriculum", action="store_true", help="one folder per stage, easy to hard")
-    s.add_argument("--template", choices=["chat", "qwen_math", "r1", "none"], default="chat")
-    s.add_argument("--tokenizer", help="model whose chat template renders the prompt text (template chat)")
-    s.add_argument("--seed", type=int, default=0)
-    s.add_argument("--weight-floor", type=float, default=0.05, help="floor of the 1 - pass_rate resampling weight")
-    s.add_argument("--rows-per-shard", type=int, default=50_000)
+    add_options(s, "curate.export.ExportConfig")
+    s.add_argument("--dry-run", action="store_true", help="check the settings and print them")
     s.add_argument("--force", action="store_true")
     s.set_defaults(fn=cmd_export)
 
     s = sub.add_parser("train", help="GRPO / Dr. GRPO / DAPO / RLOO on exported prompt sets (rl_stage)")
     s.add_argument("config", help="JSON or TOML with rl_stage.trainer.TrainConfig fields (data, preset, steps, ...)")
     s.add_argument("--resume", action="store_true", help="continue from the newest complete checkpoint")
-    s.add_argument("--out", help="override the config's out folder")
-    s.add_argument("--steps", type=int, help="override the config's steps")
-    s.add_argument("--rollout-backend", choices=["vllm", "hf"])
     s.add_argument("--quiet", action="store_true")
+    s.add_argument("--dry-run", action="store_true", help="check the config, resolve the preset and print it")
+    add_options(s.add_argument_group("overrides of config fields"), "rl_stage.trainer.TrainConfig", cmd="train")
     s.set_defaults(fn=cmd_train)
 
     s = sub.add_parser("model", help="the bundled default model: convert it once, or print its folder")
@@ -481,7 +492,8 @@ def _quiet_engines() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser(next((x for x in argv if x in COMMANDS), "")).parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
     if not args.verbose:
         _quiet_engines()

@@ -31,8 +31,7 @@ import os
 import random
 import shutil
 import time
-import tomllib
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -104,77 +103,73 @@ def token_logps(model, input_ids, attn, comp_mask, temperature: float, bf16: boo
     return logp, ent
 
 
-@dataclass
+@dataclass(frozen=True)
 class TrainConfig:
-    data: list[str] = field(default_factory=list)  # gradus export folders (parquet) or scored shard folders
-    out: str = "runs/train"
+    data: list[str] = field(default_factory=list, metadata={"path": True})  # gradus export folders (parquet) or scored shards
+    out: str = "runs/train"  # run folder: metrics.jsonl, checkpoints/, config.json
     model: str | None = None  # None: the bundled SmolLM2-135M-Instruct
     preset: str = "dapo"  # grpo | dr_grpo | dapo | rloo (rl_stage.algorithms.PRESETS)
     # algorithm overrides (None: the preset's value)
     advantage: str | None = None
-    aggregation: str | None = None
-    eps_low: float | None = None
-    eps_high: float | None = None
-    dual_clip: float | None = None
-    kl_coef: float | None = None
-    dynamic_sampling: bool | None = None
-    overlong_shaping: bool | None = None
+    aggregation: str | None = None  # loss aggregation; None: the preset's (gradus list presets)
+    eps_low: float | None = None  # PPO clip below 1 - eps_low; None: the preset's (0.2, PPO)
+    eps_high: float | None = None  # PPO clip above 1 + eps_high; None: the preset's (DAPO clip-higher: 0.28)
+    dual_clip: float | None = None  # dual-clip bound c > 1 on negative advantages (Ye et al. 2020); None: off
+    kl_coef: float | None = None  # k3 KL weight to the reference model; None: the preset's (grpo 0.04, others 0)
+    dynamic_sampling: bool | None = None  # DAPO's dynamic sampling; None: the preset's
+    overlong_shaping: bool | None = None  # DAPO's soft overlong penalty; None: the preset's
     overlong_buffer: int | None = None  # None: max_tokens // 5 (DAPO: 4096 of 20480)
-    mask_truncated: bool | None = None
+    mask_truncated: bool | None = None  # drop truncated completions from the loss; None: the preset's (off)
     wrong_reward: float | None = None  # reward of a wrong completion (a right one gets 1); DAPO: -1, others 0
     format_reward: float = 0.0  # added when the completion has a \boxed{} answer
     dynamic_sampling_metric: str = "acc"  # acc | reward: what must differ inside a group (DAPO and verl: acc)
     # rollouts
     rollout_backend: str = "vllm"  # vllm | hf
-    template: str = "chat"
-    prompts_per_step: int = 8
+    template: str = "chat"  # prompt template: chat | qwen_math | r1 | none
+    prompts_per_step: int = 8  # prompts (groups) per rollout step (our default for small machines; DAPO: 512)
     group_size: int = 8  # completions per prompt (Dr. GRPO: 8)
-    max_tokens: int = 256
-    max_prompt_tokens: int = 512
+    max_tokens: int = 256  # completion budget per rollout (our default; DAPO: 20480)
+    max_prompt_tokens: int = 512  # longer prompts are skipped (counted as prompts_too_long)
     temperature: float = 1.0  # DAPO and Dr. GRPO sample at 1.0
-    top_p: float = 1.0
+    top_p: float = 1.0  # nucleus for rollouts (DAPO, Dr. GRPO: 1.0)
     max_gen_batches: int = 3  # dynamic sampling: generation rounds per step at most
     # optimization
     steps: int = 100
     lr: float = 1e-6  # DAPO: constant 1e-6 after warm-up
     warmup_steps: int = 0  # rollout steps of linear warm-up; our default none (short runs); DAPO warms up over 20
     weight_decay: float = 0.1  # DAPO
-    adam_betas: tuple[float, float] = (0.9, 0.999)
+    adam_betas: tuple[float, float] = (0.9, 0.999)  # AdamW betas (torch's defaults)
     max_grad_norm: float = 1.0  # DAPO
     micro_batch_size: int = 8  # sequences per forward/backward
     mini_batches: int | None = None  # optimizer updates per rollout batch (TRL steps_per_generation, verl
     # ppo_mini_batch_size); None: the preset's; at most one per group. Updates after the first see ratio != 1.
     num_iterations: int = 1  # epochs over the rollout batch (mu in GRPO)
-    seed: int = 0
+    seed: int = 0  # seed of sampling, prompt order and initialization
     bf16: bool | None = None  # None: on GPU only. bf16 compute (autocast); master weights and AdamW stay fp32
     gradient_checkpointing: bool | None = None  # None: on GPU only
-    max_bad_steps: int = 3
+    max_bad_steps: int = 3  # steps with a non-finite loss or gradient in a row that stop the run (our choice)
     # curriculum
     stage_steps: int | None = None  # steps per curriculum stage (None: split steps evenly over stages)
     advance_at: float | None = None  # or advance once the stage's running accuracy reaches this
     prioritized: bool = True  # Kimi k1.5: p_i ~ max(floor, 1 - s_i), s_i tracked online
-    weight_floor: float = 0.05
+    weight_floor: float = 0.05  # floor of Kimi's max(floor, 1 - s) sampling weight (our choice)
     # evaluation, logging, checkpoints
-    eval_data: list[str] = field(default_factory=list)
+    eval_data: list[str] = field(default_factory=list, metadata={"path": True})  # held-out export folders
     eval_every: int = 0  # 0: only before the first and after the last step
-    eval_prompts: int = 32
+    eval_prompts: int = 32  # held-out prompts evaluated (drawn from every eval_data folder)
     eval_k: int = 4  # mean@k at the rollout temperature, next to greedy pass@1
-    save_every: int = 10
-    keep_checkpoints: int = 2
-    tensorboard: bool = False
+    save_every: int = 10  # steps between checkpoints
+    keep_checkpoints: int = 2  # checkpoints kept (older ones are deleted)
+    tensorboard: bool = False  # also write TensorBoard event files (pip install tensorboard)
 
     @classmethod
     def load(cls, path: Path, **overrides) -> TrainConfig:
-        text = Path(path).read_text()
-        raw = tomllib.loads(text) if str(path).endswith(".toml") else json.loads(text)
+        """From a JSON/TOML file (names and types checked, paths relative to the file), then ``overrides``."""
+        from curate.config import from_dict, load_file
+
+        raw = load_file(path)
         raw.update({k: v for k, v in overrides.items() if v is not None})
-        names = {f.name for f in fields(cls)}
-        unknown = set(raw) - names
-        if unknown:
-            raise TrainError(f"{path}: unknown setting(s) {sorted(unknown)}")
-        if "adam_betas" in raw:
-            raw["adam_betas"] = tuple(raw["adam_betas"])
-        return cls(**raw)
+        return from_dict(cls, raw, where=str(path), base_dir=Path(path).resolve().parent)
 
     def resolved(self):
         """The algorithm settings after applying the preset, as a dict."""

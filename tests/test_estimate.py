@@ -80,7 +80,7 @@ def test_bad_sampling_parameters_are_refused():
     for kw in ({"k": 0}, {"temperature": -1}, {"top_p": 0}, {"max_tokens": 0}):
         with pytest.raises(ValueError):
             SamplingConfig(**kw)
-    with pytest.raises(ValueError, match="unknown template"):
+    with pytest.raises(ValueError, match="template: 'alpaca' is not one of chat, qwen_math, r1, none"):
         EstimateConfig(template="alpaca")
 
 
@@ -139,9 +139,9 @@ def small_input(tmp_path):
 
 
 def _cfg(tmp_path, **kw):
-    s = SamplingConfig(k=4, temperature=1.0, max_tokens=32, seed=0)
-    return EstimateConfig(model="scripted", backend="vllm", template="none", sampling=s, chunk_rows=3,
-                          store=str(tmp_path / "store"), model_revision="rev1", **kw)
+    base = dict(model="scripted", backend="vllm", template="none", sampling=SamplingConfig(k=4, temperature=1.0,
+                max_tokens=32, seed=0), chunk_rows=3, store=str(tmp_path / "store"), model_revision="rev1")
+    return EstimateConfig(**{**base, **kw})
 
 
 def test_estimate_scores_every_row_and_rejects_rows_without_gold(tmp_path, small_input):
@@ -174,8 +174,7 @@ def test_estimate_scores_every_row_and_rejects_rows_without_gold(tmp_path, small
 
 
 def test_killed_run_resumes_without_duplicates_or_losses(tmp_path, small_input):
-    cfg = _cfg(tmp_path)
-    cfg.store = None
+    cfg = _cfg(tmp_path, store=None)
     full = estimate([small_input], tmp_path / "full", cfg, sampler=ScriptedSampler(cfg.sampling, _script(4)), progress=False)
     first = ScriptedSampler(cfg.sampling, _script(4), fail_after=5)
     with pytest.raises(KeyboardInterrupt):
@@ -200,8 +199,7 @@ def test_other_settings_in_the_same_folder_are_refused(tmp_path, small_input):
     first = ScriptedSampler(cfg.sampling, _script(4), fail_after=2)
     with pytest.raises(KeyboardInterrupt):
         estimate([small_input], tmp_path / "est", cfg, sampler=first, progress=False)
-    other = _cfg(tmp_path)
-    other.template = "r1"
+    other = _cfg(tmp_path, template="r1")
     with pytest.raises(StageError, match="made with other settings"):
         estimate([small_input], tmp_path / "est", other, sampler=ScriptedSampler(other.sampling, _script(4)), progress=False)
     m = estimate([small_input], tmp_path / "est", other, sampler=ScriptedSampler(other.sampling, _script(4)),
@@ -222,16 +220,14 @@ def test_store_skips_problems_already_scored(tmp_path, small_input):
     # nothing was appended twice
     assert sum(pq.ParquetFile(p).metadata.num_rows for p in (tmp_path / "store").rglob("*.parquet")) == 10
     # other sampling parameters miss the store
-    cfg2 = _cfg(tmp_path)
-    cfg2.sampling = SamplingConfig(k=4, temperature=0.7, max_tokens=32, seed=0)
+    cfg2 = _cfg(tmp_path, sampling=SamplingConfig(k=4, temperature=0.7, max_tokens=32, seed=0))
     fresh = ScriptedSampler(cfg2.sampling, _script(4))
     estimate([small_input], tmp_path / "c", cfg2, sampler=fresh, progress=False)
     assert len(fresh.served) == 10
 
 
 def test_truncated_response_without_answer_is_no_answer(tmp_path, small_input):
-    cfg = _cfg(tmp_path)
-    cfg.store = None
+    cfg = _cfg(tmp_path, store=None)
 
     def script(r):  # a cut-off response whose last number equals the gold would fool math-verify's fallback
         gold = r.prompt.split("=")[-1].strip()
@@ -252,9 +248,8 @@ def test_prompt_too_long_is_rejected_with_reason(tmp_path, small_input):
         def __call__(self, text, add_special_tokens=True):
             return {"input_ids": list(range(len(text.split())))}
 
-    cfg = _cfg(tmp_path)
-    cfg.store = None
-    cfg.sampling = SamplingConfig(k=4, max_tokens=32, max_prompt_tokens=3)  # "Compute qN = M" is 4 words
+    # "Compute qN = M" is 4 words
+    cfg = _cfg(tmp_path, store=None, sampling=SamplingConfig(k=4, max_tokens=32, max_prompt_tokens=3))
     sampler = ScriptedSampler(cfg.sampling, _script(4), tokenizer=WordTokenizer())
     m = estimate([small_input], tmp_path / "est", cfg, sampler=sampler, progress=False)
     assert m.rejected_by_reason == {"prompt_too_long": 10, "no_gold": 1} and m.rows_kept == 0
@@ -296,8 +291,7 @@ def test_a_grader_change_reruns_the_stage_and_misses_the_store(tmp_path, small_i
 
 
 def test_an_unresolved_model_revision_turns_the_store_off(tmp_path, small_input):
-    cfg = _cfg(tmp_path)
-    cfg.model_revision = None  # the scripted model path does not exist: its revision cannot be resolved
+    cfg = _cfg(tmp_path, model_revision=None)  # the scripted model path does not exist: its revision cannot be resolved
     m = estimate([small_input], tmp_path / "a", cfg, sampler=ScriptedSampler(cfg.sampling, _script(4)), progress=False)
     assert m.stats["model_revision"] == "unresolved" and m.stats["store"].startswith("off")
     assert not list((tmp_path / "store").rglob("*.parquet"))
@@ -306,8 +300,7 @@ def test_an_unresolved_model_revision_turns_the_store_off(tmp_path, small_input)
 def test_timeouts_count_as_failures(tmp_path, small_input):
     # k = 4: one correct, one answer that math-verify cannot finish within the 1 s budget, one wrong, one
     # correct. The timeout keeps its label and counts as a failure: pass rate 2/4, not 2/3 of the graded.
-    cfg = _cfg(tmp_path, grader_timeout_s=1)
-    cfg.store = None
+    cfg = _cfg(tmp_path, grader_timeout_s=1, store=None)
     tower = r"\boxed{" + "x^" * 300 + "2}"
 
     def script(r):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from dataclasses import replace
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -83,8 +84,7 @@ def test_vllm_cpu_end_to_end_and_reproducible(small_set, tmp_path):
     rows = _check(tmp_path / "a", m, "vllm")
     assert m.stats["this_run"]["tokens_per_s"] > 0
     # a second run with the same seed draws the same samples (per-sample seeds, any batching)
-    cfg.chunk_rows = 3
-    m2 = estimate(small_set, tmp_path / "b", cfg, sampler=sampler, progress=False)
+    m2 = estimate(small_set, tmp_path / "b", replace(cfg, chunk_rows=3), sampler=sampler, progress=False)
     again = {r["id"]: r for r in read_table(tmp_path / "b" / "kept").to_pylist()}
     for r in rows:
         assert (again[r["id"]]["response_tokens"], again[r["id"]]["outcomes"]) == (r["response_tokens"], r["outcomes"])

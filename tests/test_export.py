@@ -10,6 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from curate import templates
+from curate.config import ConfigError
 from curate.curriculum import SelectionError
 from curate.export import EXPORT_SCHEMA, ExportConfig, export, read_export
 from flows.cli import main
@@ -84,7 +85,7 @@ def test_curriculum_folders_easy_to_hard_with_weights(scored, tmp_path):
 
 
 def test_bad_requests_are_clear_errors(scored, tmp_path):
-    with pytest.raises(SelectionError, match="unknown export format"):
+    with pytest.raises(ConfigError, match="format: 'csv' is not one of parquet, jsonl, hf"):
         ExportConfig(format="csv")
     with pytest.raises(SelectionError, match="only 21 eligible"):
         export([scored], tmp_path / "x", ExportConfig(total=100, shortfall="fail"))

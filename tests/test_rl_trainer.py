@@ -122,6 +122,7 @@ def test_non_finite_losses_are_skipped_then_stop_the_run(export_dir, tmp_path, m
 
 
 def test_bad_input_is_a_clear_error(export_dir, tmp_path):
+    from curate.config import ConfigError
     from rl_stage.data import DataError
     from rl_stage.trainer import TrainConfig, Trainer, TrainError
 
@@ -141,7 +142,7 @@ def test_bad_input_is_a_clear_error(export_dir, tmp_path):
         Trainer(_cfg(empty, tmp_path / "z")).run(progress=False)
     cfg = tmp_path / "c.json"
     cfg.write_text(json.dumps({"data": [str(export_dir)], "learning_rate": 1}))
-    with pytest.raises(TrainError, match="unknown setting"):
+    with pytest.raises(ConfigError, match="unknown setting 'learning_rate'"):
         TrainConfig.load(cfg)
 
 
