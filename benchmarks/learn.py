@@ -67,7 +67,9 @@ def one(a, preset: str, seed: int, train: Path, held: Path, out: Path) -> dict:
             "mean@4_before": first["eval/mean@4"], "mean@4_after": last["eval/mean@4"],
             "train_accuracy_first5": statistics.mean(m["accuracy"] or 0 for m in steps[:5]),
             "train_accuracy_last5": statistics.mean(m["accuracy"] or 0 for m in steps[-5:]),
-            "s_per_step": statistics.median(m["time/step_s"] for m in steps)}
+            "s_per_step": statistics.median(m["time/step_s"] for m in steps),
+            "skipped_steps": sum(1 for m in steps if m.get("skipped")),
+            "updates": sum(m.get("updates") or 0 for m in steps)}
 
 
 def main() -> None:

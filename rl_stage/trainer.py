@@ -567,7 +567,7 @@ class Trainer:
         lr = self.sched.get_last_lr()[0]  # the rate this step's updates use
         if not ro.kept:
             metrics.update({"skipped": "no group with a learning signal", "lr": lr, "time/generate_s": round(ro.gen_s, 3),
-                            "time/reward_s": round(ro.reward_s, 3)})
+                            "time/reward_s": round(ro.reward_s, 3), "time/step_s": round(time.perf_counter() - t0, 3)})
             self._advance_schedule()
             return metrics
         seqs, (R, adv) = self._sequences(ro.kept)
