@@ -39,8 +39,8 @@ REAL_FILES = [
 
 def run_one(stage: str, src: str, out: str) -> dict:
     """Run one stage in this process (called in a child process) and report time and peak RSS."""
-    from curate.decontam import DecontamConfig
-    from curate.filters import FilterConfig
+    from curate.clean.decontam import DecontamConfig
+    from curate.clean.filters import FilterConfig
     from curate.pipeline import decontam_stage, dedup_stage, filter_stage, ingest
 
     t0 = time.perf_counter()
@@ -65,7 +65,7 @@ def floor(src_dir: Path, work: Path) -> dict:
     """Bare pyarrow: stream-read the shards and write the same rows (zstd, same schema)."""
     import pyarrow.parquet as pq
 
-    from curate.shards import shard_paths
+    from curate.core.shards import shard_paths
 
     t0 = time.perf_counter()
     out = work / "floor.parquet"
@@ -117,7 +117,7 @@ def make_synthetic(n: int, path: Path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from curate.synthetic import generate
+    from curate.sources.synthetic import generate
 
     cols: dict[str, list] = {k: [] for k in ("id", "problem", "answer", "subject", "level", "difficulty", "question_type")}
     writer = None

@@ -34,11 +34,11 @@ def main() -> None:
     ap.add_argument("--json", help="write the figures here too")
     a = ap.parse_args()
 
-    from curate import templates
-    from curate.engines import GenRequest, HFSampler, SamplingConfig, VLLMSampler, sample_seed
-    from curate.estimate import EstimateConfig, estimate
-    from curate.grading import GradingPool
-    from curate.models import resolve_model
+    from curate.difficulty import templates
+    from curate.difficulty.engines import GenRequest, HFSampler, SamplingConfig, VLLMSampler, sample_seed
+    from curate.difficulty.estimate import EstimateConfig, estimate
+    from curate.difficulty.grading import GradingPool
+    from curate.difficulty.models import resolve_model
     from curate.pipeline import ingest
 
     tmp = Path(tempfile.mkdtemp(prefix="gradus-bench-"))

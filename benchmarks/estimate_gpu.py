@@ -59,10 +59,10 @@ def main() -> None:
     import torch
     from vllm import SamplingParams
 
-    from curate import templates
-    from curate.engines import SamplingConfig, VLLMSampler, sample_seed
-    from curate.estimate import EstimateConfig, estimate
-    from curate.models import resolve_model
+    from curate.difficulty import templates
+    from curate.difficulty.engines import SamplingConfig, VLLMSampler, sample_seed
+    from curate.difficulty.estimate import EstimateConfig, estimate
+    from curate.difficulty.models import resolve_model
     from curate.pipeline import ingest
 
     tmp = Path(tempfile.mkdtemp(prefix="gradus-gpu-"))

@@ -8,7 +8,7 @@ Two probes on real MATH test solutions (``../shared/data/math_hendrycks``), the 
     stops before the answer is stated, so every "correct" is credit for an answer never given.
 
 The old rule passed the last 4,000 characters to math-verify's default extraction (any last expression);
-the anchored rule (``curate.grading``) lets math-verify extract only after an anchor such as "final answer
+the anchored rule (``curate.difficulty.grading``) lets math-verify extract only after an anchor such as "final answer
 is" or "Answer:" (Open-R1's ``try_extract_without_anchor=False``).
 
     python benchmarks/grading_rule.py --n 1500
@@ -26,8 +26,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from curate.answers import boxed_all, last_boxed
-from curate.grading import GradingPool
+from curate.difficulty.grading import GradingPool
+from curate.sources.answers import boxed_all, last_boxed
 
 DATA = Path(os.environ.get("GRADUS_REAL_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
 _BOX = re.compile(r"\\(?:boxed|fbox)\s*\{")

@@ -26,9 +26,9 @@ def make_sets(d: Path) -> tuple[Path, Path]:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from curate.export import ExportConfig, export
+    from curate.core.shards import read_table
     from curate.pipeline import ingest
-    from curate.shards import read_table
+    from curate.select.export import ExportConfig, export
 
     ingest("synthetic:n=600,seed=21,difficulty=1-1,kinds=arith,extras=0", d / "ing")
     t = read_table(d / "ing" / "kept")

@@ -30,7 +30,7 @@ def make_data(d: Path, n: int = 32) -> Path:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from curate.export import ExportConfig, export
+    from curate.select.export import ExportConfig, export
 
     rows = []
     for i in range(n):
@@ -68,9 +68,9 @@ def run_trl(a, data: Path, out: Path) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from curate.export import read_export
-    from curate.models import resolve_model
-    from curate.templates import BOXED_INSTRUCTION
+    from curate.difficulty.models import resolve_model
+    from curate.difficulty.templates import BOXED_INSTRUCTION
+    from curate.select.export import read_export
 
     rows = read_export(data).to_pylist()
     ds = datasets.Dataset.from_list([{"prompt": [{"role": "user", "content": f"{r['problem']}\n{BOXED_INSTRUCTION}"}],

@@ -37,7 +37,7 @@ def main() -> None:
 
     from benchmarks.estimate_gpu import random_model
     from benchmarks.train import make_data
-    from curate.models import resolve_model
+    from curate.difficulty.models import resolve_model
     from rl_stage.trainer import TrainConfig, Trainer
 
     tmp = Path(tempfile.mkdtemp(prefix="gradus-train-gpu-"))

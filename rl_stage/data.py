@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 
-from curate.errors import GradusError
-from curate.manifest import Manifest
+from curate.core.errors import GradusError
+from curate.core.manifest import Manifest
 
 COLUMNS = ["id", "problem", "answer", "pass_rate", "n_correct", "n_graded", "k"]
 

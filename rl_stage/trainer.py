@@ -6,7 +6,7 @@ One step:
 2. roll out ``group_size`` completions each with the rollout engine (vLLM in process, weights pushed
    after every update; or transformers ``generate`` on the trained model itself), every sample seeded
    from (seed, step, prompt id, index) so runs repeat;
-3. reward: math-verify correctness in worker processes with hard timeouts (``curate.grading``), plus an
+3. reward: math-verify correctness in worker processes with hard timeouts (``curate.difficulty.grading``), plus an
    optional format reward and DAPO's overlong shaping; truncated completions are optionally masked;
 4. dynamic sampling (DAPO): groups whose rewards are all equal are dropped and more prompts are drawn,
    up to ``max_gen_batches`` generation rounds; how many were dropped is logged;
@@ -36,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-from curate.errors import GradusError
+from curate.core.errors import GradusError
 
 log = logging.getLogger(__name__)
 
@@ -165,7 +165,7 @@ class TrainConfig:
     @classmethod
     def load(cls, path: Path, **overrides) -> TrainConfig:
         """From a JSON/TOML file (names and types checked, paths relative to the file), then ``overrides``."""
-        from curate.config import from_dict, load_file
+        from curate.core.config import from_dict, load_file
 
         raw = load_file(path)
         raw.update({k: v for k, v in overrides.items() if v is not None})
@@ -227,9 +227,7 @@ class Trainer:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        from curate.engines import SamplingConfig
-        from curate.grading import GradingPool
-        from curate.models import ModelError, resolve_model
+        from curate.difficulty import GradingPool, ModelError, SamplingConfig, resolve_model
         from rl_stage.data import CurriculumSampler, held_out_prompts
 
         cfg = self.cfg
@@ -297,7 +295,7 @@ class Trainer:
         (self.out / "config.json").write_text(json.dumps({**asdict(cfg), "resolved": self.alg}, indent=2, default=str))
 
     def _engine(self, path: str) -> None:
-        from curate.engines import HFSampler, VLLMSampler
+        from curate.difficulty import HFSampler, VLLMSampler
 
         if self.cfg.rollout_backend == "vllm":
             # processed log-probs: after temperature scaling, i.e. of the distribution that was sampled (vLLM's
@@ -315,7 +313,7 @@ class Trainer:
 
     # ---- rollouts and rewards ----------------------------------------------------------------------
     def _requests(self, prompts, tag: str):
-        from curate import templates
+        from curate.difficulty import templates
 
         reqs, ok = [], []
         special = templates.adds_special_tokens(self.cfg.template)
@@ -331,7 +329,7 @@ class Trainer:
 
     @staticmethod
     def _gen_request(pid, text, ids, key):
-        from curate.engines import GenRequest
+        from curate.difficulty import GenRequest
 
         return GenRequest(pid, text, ids, None, key)
 
@@ -347,7 +345,7 @@ class Trainer:
     def _rewards(self, groups) -> tuple[list[list[float]], list[list[bool]]]:
         """Shaped rewards and correctness per group. A completion cut off before any explicit answer is wrong
         without grading (``cut_off_unanswered``); a grading timeout or crash is wrong too (not "skipped")."""
-        from curate.grading import EXPLICIT, cut_off_unanswered, extract_prediction
+        from curate.difficulty import EXPLICIT, cut_off_unanswered, extract_prediction
         from rl_stage.algorithms import shaped_rewards
 
         golds, texts, slots = [], [], []

@@ -6,8 +6,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from curate.answers import answer_type, boxed_all, clean_answer, last_boxed
-from curate.text import content_ids, exact_key, ngram_hashes, repair_escapes
+from curate.clean.text import content_ids, exact_key, ngram_hashes, repair_escapes
+from curate.sources.answers import answer_type, boxed_all, clean_answer, last_boxed
 
 
 @pytest.mark.parametrize(

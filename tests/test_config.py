@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from curate.config import ConfigError, field_help, from_dict
-from curate.dedup import DedupConfig
-from curate.estimate import EstimateConfig
+from curate.clean.dedup import DedupConfig
+from curate.core.config import ConfigError, field_help, from_dict
+from curate.difficulty.estimate import EstimateConfig
 from curate.pipeline import CurateConfig
 from flows.cli import build_parser, main
 

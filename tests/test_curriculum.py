@@ -5,7 +5,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from curate.curriculum import (
+from curate.select.curriculum import (
     BucketSpec,
     SelectionError,
     Target,

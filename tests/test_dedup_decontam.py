@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from curate.decontam import BenchmarkIndex, DecontamConfig
-from curate.dedup import DedupConfig, minhash, number_keys, plan
+from curate.clean.decontam import BenchmarkIndex, DecontamConfig
+from curate.clean.dedup import DedupConfig, minhash, number_keys, plan
 
 
 def _u64(xs):

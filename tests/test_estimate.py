@@ -11,13 +11,13 @@ import math
 import pyarrow.parquet as pq
 import pytest
 
-from curate import templates
-from curate.engines import Completion, GenRequest, Sampler, SamplingConfig, sample_seed
-from curate.estimate import EstimateConfig, estimate, param_key, store_identity, template_fingerprint, wilson
-from curate.grading import GRADER_VERSION
+from curate.core.runner import StageError
+from curate.core.shards import read_table
+from curate.difficulty import templates
+from curate.difficulty.engines import Completion, GenRequest, Sampler, SamplingConfig, sample_seed
+from curate.difficulty.estimate import EstimateConfig, estimate, param_key, store_identity, template_fingerprint, wilson
+from curate.difficulty.grading import GRADER_VERSION
 from curate.pipeline import ingest
-from curate.shards import read_table
-from curate.stage import StageError
 
 
 def test_wilson_hand_computed():
@@ -276,7 +276,7 @@ def test_store_lookup_with_another_gold_samples_again(tmp_path, small_input):
 
 
 def test_a_grader_change_reruns_the_stage_and_misses_the_store(tmp_path, small_input, monkeypatch):
-    import curate.estimate as est
+    import curate.difficulty.estimate as est
 
     cfg = _cfg(tmp_path)
     estimate([small_input], tmp_path / "a", cfg, sampler=ScriptedSampler(cfg.sampling, _script(4)), progress=False)

@@ -15,11 +15,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from curate.engines import SamplingConfig
-from curate.estimate import EstimateConfig, estimate
+from curate.core.schema import SCHEMA
+from curate.core.shards import read_table
+from curate.difficulty.engines import SamplingConfig
+from curate.difficulty.estimate import EstimateConfig, estimate
 from curate.pipeline import ingest
-from curate.schema import SCHEMA
-from curate.shards import read_table
 from tests.conftest import REAL
 
 pytestmark = pytest.mark.engine
@@ -73,8 +73,8 @@ def _check(out, m, backend):
 
 @needs_vllm
 def test_vllm_cpu_end_to_end_and_reproducible(small_set, tmp_path):
-    from curate.engines import VLLMSampler
-    from curate.models import resolve_model
+    from curate.difficulty.engines import VLLMSampler
+    from curate.difficulty.models import resolve_model
 
     cfg = EstimateConfig(backend="vllm", template="chat", store=None, chunk_rows=2,
                          sampling=SamplingConfig(k=10, temperature=0.7, max_tokens=160, seed=0))

@@ -9,10 +9,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from curate import templates
-from curate.config import ConfigError
-from curate.curriculum import SelectionError
-from curate.export import EXPORT_SCHEMA, ExportConfig, export, read_export
+from curate.core.config import ConfigError
+from curate.difficulty import templates
+from curate.select.curriculum import SelectionError
+from curate.select.export import EXPORT_SCHEMA, ExportConfig, export, read_export
 from flows.cli import main
 
 
@@ -104,8 +104,8 @@ def test_pass_rates_are_recomputed_over_k():
     # a row scored before timeouts counted as failures: 1 correct of 1 graded out of 10 stored pass_rate 1.0
     import pyarrow as pa
 
-    from curate.estimate import wilson
-    from curate.export import pass_rates_over_k
+    from curate.difficulty.estimate import wilson
+    from curate.select.export import pass_rates_over_k
 
     t = pa.table({"n_correct": [1, 3], "n_graded": [1, 10], "k": [10, None], "pass_rate": [1.0, 0.3],
                   "pass_rate_low": [0.2, 0.1], "pass_rate_high": [1.0, 0.6]})

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from curate.filters import STEP_NAMES, FilterConfig, apply_filters
-from curate.schema import Record, records_to_table
+from curate.clean.filters import STEP_NAMES, FilterConfig, apply_filters
+from curate.core.schema import Record, records_to_table
 
 
 def _reason(problem, answer="5", qtype=None, cfg=None, valid=None):

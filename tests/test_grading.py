@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from curate.grading import GradingPool, _worker_parse_gold
+from curate.difficulty.grading import GradingPool, _worker_parse_gold
 
 
 @pytest.fixture(scope="module")
@@ -118,7 +118,7 @@ def test_grade_memoizes_identical_pairs_and_uses_the_integer_fast_path(pool):
 
 
 def test_integer_fast_path_agrees_with_math_verify():
-    from curate.grading import _worker_verify
+    from curate.difficulty.grading import _worker_verify
 
     pairs = [("42", r"\boxed{42}"), ("42", r"\boxed{042}"), ("42", r"\boxed{43}"), ("-7", r"\boxed{-7}"), ("0", r"\boxed{-0}"),
              ("123456789012345678901234567890", r"\boxed{123456789012345678901234567890}"),
@@ -189,7 +189,7 @@ def test_other_problems_unboxed_solutions_are_never_graded_correct(real_data):
 
 
 def test_bold_is_stripped_around_text_only():
-    from curate.grading import extract_prediction, strip_bold
+    from curate.difficulty.grading import extract_prediction, strip_bold
 
     assert strip_bold("The answer is **73**.") == "The answer is 73."
     assert strip_bold("**Answer:** 5") == "Answer: 5"

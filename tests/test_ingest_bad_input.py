@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
+from curate.core.errors import SourceError
+from curate.core.shards import read_table
 from curate.pipeline import ingest
-from curate.readers import SourceError
-from curate.shards import read_table
 
 
 def _write(p, lines: list[bytes]):

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from curate.filters import FilterConfig
+from curate.clean.filters import FilterConfig
+from curate.core.shards import read_table
 from curate.pipeline import filter_stage, ingest
-from curate.shards import read_table
 
 
 def test_numina_15_and_cot(tmp_path):

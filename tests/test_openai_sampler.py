@@ -9,7 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from curate.engines import EngineError, GenRequest, OpenAISampler, SamplingConfig, sample_seed
+from curate.difficulty.engines import EngineError, GenRequest, OpenAISampler, SamplingConfig, sample_seed
 
 
 class Server:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 
-from curate.manifest import Manifest
+from curate.core.manifest import Manifest
+from curate.core.shards import read_table
+from curate.demo import demo_config
 from curate.pipeline import CurateConfig, curate_all
-from curate.shards import read_table
-from curate.synthetic import HANDWRITTEN
-from flows.cli import demo_config, main
+from curate.sources.synthetic import HANDWRITTEN
+from flows.cli import main
 
 
 def test_demo_every_handwritten_item_gets_its_reason(tmp_path):

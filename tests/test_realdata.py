@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from curate.decontam import DecontamConfig
-from curate.grading import GradingPool
+from curate.clean.decontam import DecontamConfig
+from curate.core.shards import read_table
+from curate.difficulty.grading import GradingPool
 from curate.pipeline import decontam_stage, filter_stage, ingest
-from curate.shards import read_table
 
 pytestmark = pytest.mark.realdata
 

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from curate.export import ExportConfig, export
+from curate.select.export import ExportConfig, export
 
 pytestmark = [pytest.mark.engine,
               pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="engines extra not installed")]
@@ -34,7 +34,7 @@ def test_one_step_moves_positive_advantage_tokens_up():
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from curate.models import resolve_model
+    from curate.difficulty.models import resolve_model
     from rl_stage.algorithms import aggregate, clipped_policy_loss
 
     path, _ = resolve_model(None)
@@ -122,7 +122,7 @@ def test_non_finite_losses_are_skipped_then_stop_the_run(export_dir, tmp_path, m
 
 
 def test_bad_input_is_a_clear_error(export_dir, tmp_path):
-    from curate.config import ConfigError
+    from curate.core.config import ConfigError
     from rl_stage.data import DataError
     from rl_stage.trainer import TrainConfig, Trainer, TrainError
 
@@ -153,7 +153,7 @@ def test_bf16_compute_keeps_fp32_master_weights_and_mini_batches_update_twice(ex
     import torch
     from safetensors.torch import load_file
 
-    from curate.models import resolve_model
+    from curate.difficulty.models import resolve_model
     from rl_stage.trainer import Trainer
 
     cfg = _cfg(export_dir, tmp_path / "bf16", bf16=True, weight_decay=0.0, lr=1e-6, steps=1, save_every=1,
@@ -174,7 +174,7 @@ def test_log_probs_are_those_of_the_sampling_temperature():
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from curate.models import resolve_model
+    from curate.difficulty.models import resolve_model
     from rl_stage.trainer import token_logps
 
     path, _ = resolve_model(None)

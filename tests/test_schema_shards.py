@@ -10,10 +10,10 @@ import typing
 import pyarrow as pa
 import pytest
 
-from curate.manifest import Manifest
-from curate.schema import REJECT_SCHEMA, SCHEMA, Record, records_to_table
-from curate.shards import ShardWriter, count_rows, iter_batches, read_table, shard_paths
-from curate.stage import StageError, run_stage
+from curate.core.manifest import Manifest
+from curate.core.runner import StageError, run_stage
+from curate.core.schema import REJECT_SCHEMA, SCHEMA, Record, records_to_table
+from curate.core.shards import ShardWriter, count_rows, iter_batches, read_table, shard_paths
 
 _PY = {pa.string(): str, pa.int32(): int, pa.int64(): int, pa.float32(): float, pa.bool_(): bool}
 
@@ -108,7 +108,7 @@ def test_run_stage_failure_writes_no_manifest(tmp_path):
 def test_stage_reset_discards_closed_shards(tmp_path):
     # the ingest fallback restarts a stage after the fast reader failed part way: shards it already
     # closed must not survive next to the new ones, and counters start again
-    from curate.stage import StageRun
+    from curate.core.runner import StageRun
 
     run = StageRun("t", tmp_path, rows_per_shard=2)
     run.emit(records_to_table(_recs(5)))  # closes 2 shards, 1 row pending in a .tmp

@@ -8,12 +8,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from curate.engines import Completion, Sampler, SamplingConfig
-from curate.estimate import EstimateConfig, estimate
-from curate.export import ExportConfig, export
-from curate.manifest import MANIFEST_VERSION, STAGE_KINDS, Manifest, ManifestError, register_stage
+from curate.core.manifest import MANIFEST_VERSION, STAGE_KINDS, Manifest, ManifestError, register_stage
+from curate.core.runner import MARKER, StageError
+from curate.difficulty.engines import Completion, Sampler, SamplingConfig
+from curate.difficulty.estimate import EstimateConfig, estimate
 from curate.pipeline import dedup_stage, filter_stage, ingest
-from curate.stage import MARKER, StageError
+from curate.select.export import ExportConfig, export
 from flows.cli import main
 
 

@@ -22,7 +22,8 @@ from collections.abc import Iterator
 import numpy as np
 import pyarrow as pa
 
-from curate.readers import BATCH_ROWS, SourceError, rows_to_table
+from curate.core.errors import SourceError
+from curate.sources.rows import BATCH_ROWS, rows_to_table
 
 KINDS = ("arith", "linear", "modpow", "gcd", "fracsum")
 

@@ -1,6 +1,6 @@
 """Source adapters: map each known source's real schema onto the record's columns.
 
-An adapter takes one raw batch (all-string columns from ``curate.readers``) and returns the record's
+An adapter takes one raw batch (all-string columns from ``curate.sources.readers``) and returns the record's
 source-level columns plus ``_reject``: per row, None or why the row cannot become a record. The
 format is detected from the column names (most specific first) unless named with ``--adapter``; any
 other table can be read with an explicit column mapping (``--map problem=question,answer=final``).
@@ -32,8 +32,8 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from curate.answers import clean_answer, last_boxed
-from curate.readers import SourceError
+from curate.core.errors import SourceError
+from curate.sources.answers import clean_answer, last_boxed
 
 Cols = dict[str, list | pa.Array]
 

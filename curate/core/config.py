@@ -23,7 +23,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from curate.errors import GradusError
+from curate.core.errors import GradusError
 
 
 class ConfigError(GradusError, ValueError):

@@ -15,7 +15,7 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
-from curate.errors import GradusError
+from curate.core.errors import GradusError
 
 MANIFEST = "manifest.json"
 # 2: one shape for every stage (stats block, rows_in from upstream, code version in the identity).

@@ -24,7 +24,7 @@ import os
 import shutil
 from pathlib import Path
 
-from curate.errors import GradusError
+from curate.core.errors import GradusError
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ outcome of its own (``timeout``, ``crash``), never "wrong" or "unparseable".
 Gold answers are wrapped in ``$...$`` and count as parseable when math-verify returns a sympy object
 (not only its string fallback). Results are memoized by their exact input strings.
 
-    python -c "from curate.grading import GradingPool; print(GradingPool(1).parse_gold(['\\\\frac12', '\\\\frac{1}{']))"
+    python -c "from curate.difficulty import GradingPool; print(GradingPool(1).parse_gold(['\\\\frac12', '\\\\frac{1}{']))"
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def extract_prediction(text: str) -> tuple[str, str]:
 
     Markdown bold around text is removed first; ``**`` between operands (``2**10``) is left alone.
     """
-    from curate.answers import last_boxed
+    from curate.sources.answers import last_boxed
 
     text = strip_bold(text)
     box = last_boxed(text)

@@ -23,10 +23,10 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from curate.errors import GradusError
-from curate.manifest import MANIFEST, MANIFEST_VERSION, STAGE_KINDS, Manifest, ManifestError
-from curate.schema import REJECT_SCHEMA, SCHEMA, SCHEMA_VERSION
-from curate.shards import ROWS_PER_SHARD, ShardWriter
+from curate.core.errors import GradusError
+from curate.core.manifest import MANIFEST, MANIFEST_VERSION, STAGE_KINDS, Manifest, ManifestError
+from curate.core.schema import REJECT_SCHEMA, SCHEMA, SCHEMA_VERSION
+from curate.core.shards import ROWS_PER_SHARD, ShardWriter
 
 log = logging.getLogger(__name__)
 SIGNALS = [f.name for f in SCHEMA if f.name.startswith("sig_")] + ["gold_parseable"]
@@ -147,7 +147,7 @@ def _owned(kind: str, name: str) -> bool:
 
 def input_entries(folders: list[Path]) -> list[dict]:
     """``{"path", "fingerprint", "rows"}`` of each input stage output (or bare shard folder)."""
-    from curate.shards import count_rows, file_sha256, shard_paths, stage_dir
+    from curate.core.shards import count_rows, file_sha256, shard_paths, stage_dir
 
     out = []
     for f in folders:
@@ -272,7 +272,7 @@ class Runner:
         return m
 
     def _verify(self, m: Manifest) -> str | None:
-        from curate.shards import file_sha256
+        from curate.core.shards import file_sha256
 
         for rec in m.kept_shards:
             p = self.out / rec.get("file", f"kept/{rec['path']}")
@@ -296,7 +296,7 @@ class Runner:
 
     def begin(self, keep_parts: bool = False) -> None:
         """Claim the folder: manifest first, then what the stage owns (unless resuming parts); write the marker."""
-        from curate.shards import write_json_atomic
+        from curate.core.shards import write_json_atomic
 
         self.check_output()
         f = self.out / MARKER
@@ -324,7 +324,7 @@ class Runner:
                by_source: dict, stats: dict, expected_rows_in: int | None = None, folder: Path | None = None,
                rows_kept: int | None = None) -> Manifest:
         """Check conservation and write the manifest (into ``folder``, default the output) last."""
-        from curate.shards import write_json_atomic
+        from curate.core.shards import write_json_atomic
 
         if rows_kept is None:
             rows_kept = sum(s["rows"] for s in kept_shards)

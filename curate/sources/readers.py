@@ -26,13 +26,10 @@ import pyarrow.csv as pacsv
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
-BATCH_ROWS = 16_384
-MAX_FIELD_BYTES = 1 << 20  # a single field over 1 MiB is junk for a math problem; kept as a rejected row
+from curate.core.errors import SourceError
+from curate.sources.rows import BATCH_ROWS, rows_to_table
+
 FORMATS = ("jsonl", "json", "csv", "parquet", "hf", "synthetic")
-
-
-class SourceError(ValueError):
-    """A source that cannot be read at all (missing file, unknown format, bad mapping): one-line message."""
 
 
 class FastPathFailed(Exception):
@@ -91,55 +88,6 @@ def _stringify(table: pa.Table, row0: int) -> pa.Table:
     ]
     names += ["_value", "_nonscalar", "_row", "_bad"]
     return pa.table(cols, names=names)
-
-
-def _value_to_str(v: object) -> tuple[str | None, str | None]:
-    """(text, kind-if-not-a-scalar)."""
-    if v is None:
-        return None, None
-    if isinstance(v, str):
-        return v, None
-    if isinstance(v, bool):
-        return json.dumps(v), "bool"
-    if isinstance(v, int | float):
-        return str(v), None
-    return json.dumps(v, ensure_ascii=False), type(v).__name__
-
-
-def rows_to_table(rows: list[tuple[int, object, str | None]]) -> pa.Table:
-    """Python rows (row number, parsed value or raw text, bad reason) -> raw string table.
-
-    A value that is not a dict is kept whole as JSON text in ``_value`` (ORZ rows are lists).
-    Non-scalar values of a dict are kept as JSON text and named in ``_nonscalar`` so that an adapter
-    can reject a problem that is a list instead of a string.
-    """
-    keys: dict[str, None] = {}
-    for _, v, _ in rows:
-        if isinstance(v, dict):
-            keys.update(dict.fromkeys(v))
-    cols: dict[str, list] = {k: [] for k in keys}
-    cols["_value"], cols["_nonscalar"], cols["_row"], cols["_bad"] = [], [], [], []
-    for rowno, v, bad in rows:
-        nonscalar = []
-        if isinstance(v, dict):
-            for k in keys:
-                s, kind = _value_to_str(v.get(k))
-                if kind:
-                    nonscalar.append(f"{k}:{kind}")
-                if s is not None and len(s) > MAX_FIELD_BYTES:
-                    bad = bad or f"oversized_field:{k}"
-                    s = s[:200]
-                cols[k].append(s)
-            cols["_value"].append(None)
-        else:
-            for k in keys:
-                cols[k].append(None)
-            s = v if isinstance(v, str) and bad else (None if v is None else json.dumps(v, ensure_ascii=False))
-            cols["_value"].append(s if s is None else s[:MAX_FIELD_BYTES])
-        cols["_nonscalar"].append(",".join(nonscalar) or None)
-        cols["_row"].append(rowno)
-        cols["_bad"].append(bad)
-    return pa.table({k: pa.array(v, pa.int64() if k == "_row" else pa.string()) for k, v in cols.items()})
 
 
 def _jsonl_slow(path: Path) -> Iterator[pa.Table]:
@@ -288,7 +236,7 @@ def read_source(spec: str, fmt: str | None = None, slow: bool = False) -> Iterat
     if fmt not in FORMATS:
         raise SourceError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
     if fmt == "synthetic":
-        from curate.synthetic import synthetic_batches
+        from curate.sources.synthetic import synthetic_batches
 
         yield from synthetic_batches(spec)
         return

@@ -36,7 +36,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from curate.errors import GradusError
+from curate.core.errors import GradusError
 
 END_BUCKETS = ("unsolved", "solved", "ungraded")
 REQUIRED = ("id", "n_correct", "n_graded", "pass_rate")

@@ -5,7 +5,7 @@ name (``aime24``, ``aime25``, ``math500``, ``amc23``) that resolves to a local c
 (``$GRADUS_BENCHMARKS`` or ``../shared/data``) and to its hub id otherwise.
 
 Rules (a row is contaminated when any fires; the first benchmark item matched is recorded):
-- exact: the row's normalized text (``curate.text.exact_key``) equals a benchmark item's;
+- exact: the row's normalized text (``curate.clean.text.exact_key``) equals a benchmark item's;
 - n-gram: the row shares word ``ngram``-grams with one benchmark item, and the shared n-grams cover at
   least ``min_overlap`` of the smaller of the two n-gram sets; or they cover at least
   ``min_overlap_numbers`` and every number of the benchmark item also appears in the row (a reworded
@@ -28,9 +28,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from curate.readers import SourceError, read_source
-from curate.sources import apply_adapter, detect_adapter
-from curate.text import exact_key, ngram_hashes
+from curate.clean.text import exact_key, ngram_hashes
+from curate.core.errors import SourceError
+from curate.sources.adapters import apply_adapter, detect_adapter
+from curate.sources.readers import read_source
 
 # Known benchmarks: local file names looked for under the data folder, and the hub id otherwise.
 KNOWN_BENCHMARKS = {

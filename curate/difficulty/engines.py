@@ -29,7 +29,7 @@ from collections.abc import Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 
-from curate.errors import GradusError
+from curate.core.errors import GradusError
 
 log = logging.getLogger(__name__)
 BACKENDS = ("vllm", "hf", "openai")
@@ -410,14 +410,14 @@ class OpenAISampler(Sampler):
 
 
 def make_sampler(backend: str, model: str | None, cfg: SamplingConfig, base_url: str | None = None, **kwargs) -> Sampler:
-    """Build a sampler by backend name; ``model`` is resolved by ``curate.models.resolve_model``."""
+    """Build a sampler by backend name; ``model`` is resolved by ``curate.difficulty.models.resolve_model``."""
     if backend not in BACKENDS:
         raise EngineError(f"unknown backend {backend!r}; choose one of: {', '.join(BACKENDS)}")
     if backend == "openai":
         if not base_url:
             raise EngineError("backend 'openai' needs --base-url (e.g. http://localhost:8000/v1)")
         return OpenAISampler(base_url, model or "default", cfg, **kwargs)
-    from curate.models import resolve_model
+    from curate.difficulty.models import resolve_model
 
     path, name = resolve_model(model)
     cls = VLLMSampler if backend == "vllm" else HFSampler

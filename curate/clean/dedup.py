@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from curate.text import ngram_hashes
+from curate.clean.text import ngram_hashes
 
 
 @dataclass(frozen=True)

@@ -29,12 +29,12 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from curate import templates
-from curate.config import ConfigError, check_choice
-from curate.curriculum import BucketSpec, Selection, SelectionError, Target, curriculum_stages, select
-from curate.manifest import Manifest, ManifestError
-from curate.shards import ShardWriter, file_sha256, shard_paths, stage_dir, write_json_atomic
-from curate.stage import Runner, input_entries
+from curate.core.config import ConfigError, check_choice
+from curate.core.manifest import Manifest, ManifestError
+from curate.core.runner import Runner, input_entries
+from curate.core.shards import ShardWriter, file_sha256, shard_paths, stage_dir, write_json_atomic
+from curate.difficulty import templates
+from curate.select.curriculum import BucketSpec, Selection, SelectionError, Target, curriculum_stages, select
 
 FORMATS = ("parquet", "jsonl", "hf")
 PART_FILE = "part.json"  # in each curriculum stage folder: its bucket, rows, files and mean pass rate
@@ -121,7 +121,7 @@ def pass_rates_over_k(t: pa.Table) -> pa.Table:
     Rows scored before timeouts counted as failures hold ``n_correct / n_graded``; buckets, bands and
     sample weights must all read the same rate, so it is recomputed from the counts here.
     """
-    from curate.estimate import wilson
+    from curate.difficulty.estimate import wilson
 
     ks, ncs = t["k"].to_pylist(), t["n_correct"].to_pylist()
     pr, lo, hi = t["pass_rate"].to_pylist(), t["pass_rate_low"].to_pylist(), t["pass_rate_high"].to_pylist()
@@ -139,7 +139,7 @@ def _render(table: pa.Table, cfg: ExportConfig, stage: list[int | None]) -> pa.T
     if cfg.template == "chat" and cfg.tokenizer:
         from transformers import AutoTokenizer
 
-        from curate.models import resolve_model
+        from curate.difficulty.models import resolve_model
 
         tok = AutoTokenizer.from_pretrained(resolve_model(cfg.tokenizer)[0])
     prompts, messages = [], []

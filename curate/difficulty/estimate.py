@@ -2,7 +2,7 @@
 
 The recipe is Kimi k1.5's (Sec. 2.3.1 of the report): sample ten answers per problem at a relatively high
 temperature and use the pass rate as the difficulty (lower = harder). This module drives a sampler
-(``curate.engines``) and the grading pool (``curate.grading``) over curated shards:
+(``curate.difficulty.engines``) and the grading pool (``curate.difficulty.grading``) over curated shards:
 
 - the engine runs in the main thread and is kept full (``Sampler.stream``); each finished problem goes to a
   grader thread that grades it in worker processes and writes shards, so grading overlaps generation;
@@ -39,15 +39,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from curate import templates
-from curate.config import ConfigError, check_choice
-from curate.engines import Completion, GenRequest, Sampler, SamplingConfig, make_sampler
-from curate.errors import GradusError
-from curate.grading import GRADER_VERSION, OUTCOMES, GradingPool, cut_off_unanswered
-from curate.manifest import Manifest
-from curate.schema import SCHEMA, conform
-from curate.shards import file_sha256, shard_paths, stage_dir, write_json_atomic
-from curate.stage import Runner, StageError, input_entries, reject_table
+from curate.core.config import ConfigError, check_choice
+from curate.core.errors import GradusError
+from curate.core.manifest import Manifest
+from curate.core.runner import Runner, StageError, input_entries, reject_table
+from curate.core.schema import SCHEMA, conform
+from curate.core.shards import file_sha256, shard_paths, stage_dir, write_json_atomic
+from curate.difficulty import templates
+from curate.difficulty.engines import Completion, GenRequest, Sampler, SamplingConfig, make_sampler
+from curate.difficulty.grading import GRADER_VERSION, OUTCOMES, GradingPool, cut_off_unanswered
 
 log = logging.getLogger(__name__)
 STAGE = "estimate"
@@ -101,7 +101,7 @@ class EstimateConfig:
     concurrency: int = 8  # backend openai: requests in flight (our choice; raise it for a fleet)
 
     def __post_init__(self):
-        from curate.engines import BACKENDS
+        from curate.difficulty.engines import BACKENDS
 
         check_choice("backend", self.backend, BACKENDS)
         check_choice("template", self.template, templates.TEMPLATES)
@@ -321,7 +321,7 @@ class Estimator:
             self.store_note = "off: the model revision is unresolved (pass --model-revision to use the store)"
             log.warning("difficulty store %s", self.store_note)
         elif cfg.store:
-            from curate.models import cache_root
+            from curate.difficulty.models import cache_root
 
             root = cache_root() / "difficulty_store" if cfg.store == "default" else Path(cfg.store)
             store = DifficultyStore(root, identity)
@@ -579,7 +579,7 @@ class Estimator:
 
 
 def _revision(sampler: Sampler) -> str:
-    from curate.models import model_revision
+    from curate.difficulty.models import model_revision
 
     return model_revision(sampler.model_path)
 

@@ -15,6 +15,8 @@ OpenAI-compatible chat endpoints.
 
 from __future__ import annotations
 
+from curate.core.errors import GradusError
+
 BOXED_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 
 R1 = (
@@ -31,7 +33,7 @@ QWEN_MATH = (
 TEMPLATES = ("chat", "qwen_math", "r1", "none")
 
 
-class TemplateError(ValueError):
+class TemplateError(GradusError, ValueError):
     pass
 
 

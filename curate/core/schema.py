@@ -5,7 +5,7 @@ Every stage reads and writes shards of exactly this schema (kept rows) or of ``R
 nothing is inferred from a first batch. Columns a later stage fills (filter signals, dedup,
 contamination, difficulty) are typed and nullable here, never packed into a free-form dict.
 
-    python -c "from curate.schema import SCHEMA; print(SCHEMA)"
+    python -c "from curate.core.schema import SCHEMA; print(SCHEMA)"
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pyarrow as pa
 
 SCHEMA_VERSION = 2  # 2: Wilson bounds, per-sample outcomes/lengths/truncation, prompt tokens
 
-# Answer types the extractor assigns (curate.answers.answer_type).
+# Answer types the extractor assigns (curate.sources.answers.answer_type).
 ANSWER_TYPES = ("integer", "number", "fraction", "expression", "interval", "set", "tuple", "equation", "text")
 
 # (name, arrow type, nullable, one-line meaning). Order is the column order on disk.

@@ -1,0 +1,1 @@
+"""Cleaning: text normalization and content ids, filters, decontamination, dedup."""

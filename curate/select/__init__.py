@@ -1,0 +1,1 @@
+"""Selection and export: difficulty buckets, balanced selections, curricula, and the export formats."""
