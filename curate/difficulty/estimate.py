@@ -249,6 +249,47 @@ class _Chunk:
     from_store: set[int] = field(default_factory=set)
 
 
+@dataclass(frozen=True)
+class _NewChunk:
+    """A chunk's rows are about to be served: register it before any of its results."""
+
+    chunk: _Chunk
+
+
+@dataclass(frozen=True)
+class _Stored:
+    """Row ``row`` of chunk ``chunk`` comes from the difficulty store."""
+
+    chunk: int
+    row: int
+    scores: dict
+
+
+@dataclass(frozen=True)
+class _Generated:
+    """The k completions of row ``row`` of chunk ``chunk``, to be graded."""
+
+    chunk: int
+    row: int
+    completions: list[Completion]
+
+
+_Message = _NewChunk | _Stored | _Generated
+
+
+@dataclass
+class _RunInfo:
+    """What a run learns about its engine and store once it starts (all of it recorded in the manifest)."""
+
+    model: str | None = None
+    revision: str | None = None
+    param_key: str | None = None
+    store_note: str | None = None
+    sampler: dict | None = None
+    grading: dict = field(default_factory=dict)
+    gen_started: float = 0.0
+
+
 class _Histogram:
     """Running pass-count histogram for the progress bar."""
 
@@ -274,6 +315,9 @@ class Estimator:
         self._sampler = sampler
         self.progress = progress
         self.stats: Counter = Counter()
+        self.info = _RunInfo()
+        self.sampler: Sampler | None = None
+        self.store: DifficultyStore | None = None
 
     # ---- setup -------------------------------------------------------------------------------------
     def _config(self) -> dict:
@@ -308,18 +352,19 @@ class Estimator:
         extra = {"concurrency": cfg.concurrency} if cfg.backend == "openai" else {}
         sampler = self._sampler or make_sampler(cfg.backend, cfg.model, s, base_url=cfg.base_url, **extra)
         self.sampler = sampler
-        self.model_name = sampler.model_name
-        self.revision = cfg.model_revision or _revision(sampler)
-        identity = store_identity(self.model_name, self.revision, cfg.template,
+        info = self.info
+        info.model, info.sampler = sampler.model_name, sampler.info()
+        info.revision = cfg.model_revision or _revision(sampler)
+        identity = store_identity(info.model, info.revision, cfg.template,
                                   template_fingerprint(cfg.template, sampler.tokenizer), s, cfg.grader_timeout_s,
                                   base_url=cfg.base_url if cfg.backend == "openai" else None)
-        self.pkey = param_key(identity)
+        info.param_key = param_key(identity)
         store = None
-        self.store_note = "off (--no-store)" if not cfg.store else "on"
-        if cfg.store and self.revision == "unresolved":
+        info.store_note = "off (--no-store)" if not cfg.store else "on"
+        if cfg.store and info.revision == "unresolved":
             # a hub id not in the local cache, or a server: "unresolved" would match any weights under that name
-            self.store_note = "off: the model revision is unresolved (pass --model-revision to use the store)"
-            log.warning("difficulty store %s", self.store_note)
+            info.store_note = "off: the model revision is unresolved (pass --model-revision to use the store)"
+            log.warning("difficulty store %s", info.store_note)
         elif cfg.store:
             from curate.difficulty.models import cache_root
 
@@ -335,7 +380,7 @@ class Estimator:
         hist = _Histogram(s.k)
         grader = threading.Thread(target=self._grader_loop, args=(q, errors, bar, hist), name="gradus-grader", daemon=True)
         grader.start()
-        self._t_gen = time.perf_counter()
+        info.gen_started = time.perf_counter()
         try:
             for rid, comps in sampler.stream(self._requests(todo_chunks, q, errors)):
                 if errors:
@@ -343,7 +388,7 @@ class Estimator:
                 c, i = (int(x) for x in rid.split(":", 2)[:2])
                 self.stats["samples"] += len(comps)
                 self.stats["tokens"] += sum(x.n_tokens for x in comps)
-                q.put(("gen", c, i, comps))
+                q.put(_Generated(c, i, comps))
         finally:
             q.put(None)
             grader.join()
@@ -353,12 +398,12 @@ class Estimator:
                 sampler.close()
         if errors:
             raise errors[0]
-        self.stats["generate_seconds"] = round(time.perf_counter() - self._t_gen, 3)
+        self.stats["generate_seconds"] = round(time.perf_counter() - info.gen_started, 3)
 
     def _requests(self, chunks: list[tuple[int, pa.Table]], q: queue.Queue, errors: list) -> Iterator[GenRequest]:
         cfg, s = self.cfg, self.cfg.sampling
-        sampler = self.sampler
-        store = self.store
+        sampler, store = self.sampler, self.store
+        assert sampler is not None
         special = templates.adds_special_tokens(cfg.template)
         for c, table in chunks:
             if errors:
@@ -390,80 +435,44 @@ class Estimator:
                     continue
                 reqs.append((i, req))
             todo = {i for i, _ in reqs} | set(hits)
-            q.put(("chunk", _Chunk(c, table, todo, rejected, ptoks)))
+            q.put(_NewChunk(_Chunk(c, table, todo, rejected, ptoks)))
             for i, row in hits.items():
-                q.put(("stored", c, i, row))
+                q.put(_Stored(c, i, row))
             self.stats["store_hits"] += len(hits)
             for _, req in reqs:
                 yield req
 
     def _grader_loop(self, q: queue.Queue, errors: list, bar, hist: _Histogram) -> None:
+        """Take messages in batches: register chunks, grade every completion of the batch in one pool call,
+        score rows, and write each chunk as soon as its last row is in."""
         chunks: dict[int, _Chunk] = {}
         try:
             with GradingPool(self.cfg.grader_workers, timeout_s=self.cfg.grader_timeout_s) as pool:
-                self.pool = pool
                 finished = False
                 while not finished:
-                    items = [q.get()]
+                    items: list[_Message | None] = [q.get()]
                     while len(items) < 256:
                         try:
                             items.append(q.get_nowait())
                         except queue.Empty:
                             break
-                    if None in items:
-                        finished = True
-                        items = [x for x in items if x is not None]
-                    for item in items:  # registrations first: a chunk's rows may arrive in the same batch
-                        if item[0] == "chunk":
-                            chunks[item[1].index] = item[1]
-                    gens = [x for x in items if x[0] == "gen"]
-                    outcomes: list[str] = []
-                    if gens:
-                        golds, texts, slots = [], [], []
-                        for _, c, i, comps in gens:
-                            gold = chunks[c].table["answer"][i].as_py()
-                            for x in comps:
-                                if cut_off_unanswered(x.text, x.truncated):
-                                    outcomes.append("no_answer")  # cut off before any final answer: nothing to grade
-                                else:
-                                    slots.append(len(outcomes))
-                                    outcomes.append("")
-                                    golds.append(gold)
-                                    texts.append(x.text)
-                        t0 = time.perf_counter()
-                        for slot, o in zip(slots, pool.grade(golds, texts), strict=True):
-                            outcomes[slot] = o
-                        self.stats["grade_seconds"] += time.perf_counter() - t0
-                    pos = 0
-                    for item in items:
-                        kind = item[0]
-                        if kind == "chunk":
-                            continue
-                        if kind == "stored":
-                            _, c, i, row = item
-                            chunks[c].scored[i] = {k: row[k] for k in DIFFICULTY_COLUMNS}
-                            chunks[c].from_store.add(i)
-                            chunks[c].todo.discard(i)
-                            hist.add(row["n_correct"] or 0)
-                            if bar is not None:
-                                bar.update(1)
-                        else:
-                            _, c, i, comps = item
-                            outs = outcomes[pos : pos + len(comps)]
-                            pos += len(comps)
-                            row = self._score(chunks[c], i, comps, outs)
-                            chunks[c].scored[i] = row
-                            chunks[c].todo.discard(i)
-                            hist.add(row["n_correct"])
-                            if bar is not None:
-                                bar.update(1)
-                                el = max(1e-9, time.perf_counter() - self._t_gen)
-                                bar.set_postfix_str(
-                                    f"{self.stats['samples'] / el:.1f} samples/s {self.stats['tokens'] / el:.0f} tok/s "
-                                    f"pass counts {hist.text()}", refresh=False)
+                    finished = None in items
+                    batch = [x for x in items if x is not None]
+                    for m in batch:  # registrations first: a chunk's rows may arrive in the same batch
+                        if isinstance(m, _NewChunk):
+                            chunks[m.chunk.index] = m.chunk
+                    gens = [m for m in batch if isinstance(m, _Generated)]
+                    outcomes = self._grade(pool, chunks, gens)
+                    for m, outs in zip(gens, outcomes, strict=True):
+                        row = self._score(chunks[m.chunk], m.row, m.completions, outs)
+                        self._record(chunks[m.chunk], m.row, row, hist, bar)
+                    for m in batch:
+                        if isinstance(m, _Stored):
+                            chunks[m.chunk].from_store.add(m.row)
+                            self._record(chunks[m.chunk], m.row, {k: m.scores[k] for k in DIFFICULTY_COLUMNS}, hist, bar)
                     for cidx in sorted(k for k, ch in chunks.items() if not ch.todo):
                         self._write_chunk(chunks.pop(cidx))
-                self.grading_stats = dict(pool.stats)
+                self.info.grading = dict(pool.stats)
         except BaseException as e:  # noqa: BLE001 - handed to the main thread, which re-raises it
             errors.append(e)
             while True:  # unblock the producer
@@ -471,6 +480,29 @@ class Estimator:
                     q.get_nowait()
                 except queue.Empty:
                     break
+
+    def _grade(self, pool: GradingPool, chunks: dict[int, _Chunk], gens: list[_Generated]) -> list[list[str]]:
+        """Outcomes of every completion of ``gens``, in one pool call; cut-off unanswered ones are ``no_answer``."""
+        outcomes = [["no_answer" if cut_off_unanswered(x.text, x.truncated) else "" for x in m.completions] for m in gens]
+        todo = [(gi, j) for gi, outs in enumerate(outcomes) for j, o in enumerate(outs) if not o]
+        if todo:
+            golds = [chunks[gens[gi].chunk].table["answer"][gens[gi].row].as_py() for gi, _ in todo]
+            texts = [gens[gi].completions[j].text for gi, j in todo]
+            t0 = time.perf_counter()
+            for (gi, j), o in zip(todo, pool.grade(golds, texts), strict=True):
+                outcomes[gi][j] = o
+            self.stats["grade_seconds"] += time.perf_counter() - t0
+        return outcomes
+
+    def _record(self, ch: _Chunk, i: int, row: dict, hist: _Histogram, bar) -> None:
+        ch.scored[i] = row
+        ch.todo.discard(i)
+        hist.add(row["n_correct"] or 0)
+        if bar is not None:
+            bar.update(1)
+            el = max(1e-9, time.perf_counter() - self.info.gen_started)
+            bar.set_postfix_str(f"{self.stats['samples'] / el:.1f} samples/s {self.stats['tokens'] / el:.0f} tok/s "
+                                f"pass counts {hist.text()}", refresh=False)
 
     def _score(self, ch: _Chunk, i: int, comps: list[Completion], outs: list[str]) -> dict:
         s = self.cfg.sampling
@@ -489,8 +521,9 @@ class Estimator:
             ]
         for o in outs:
             self.stats["outcome/" + o] += 1
+        assert self.sampler is not None
         return {
-            "model": self.model_name, "model_revision": self.revision, "backend": self.sampler.backend,
+            "model": self.info.model, "model_revision": self.info.revision, "backend": self.sampler.backend,
             "template": self.cfg.template, "k": s.k, "temperature": s.temperature, "top_p": s.top_p,
             "max_tokens": s.max_tokens, "seed": s.seed, "n_correct": n_correct, "n_graded": n_graded,
             "pass_rate": n_correct / n, "correct": correct, "pass_rate_low": lo, "pass_rate_high": hi,
@@ -551,9 +584,9 @@ class Estimator:
         s = self.cfg.sampling
         gen_s = self.stats.get("generate_seconds") or 0
         stats = {
-            "model": getattr(self, "model_name", None), "model_revision": getattr(self, "revision", None),
-            "param_key": getattr(self, "pkey", None), "grader_version": GRADER_VERSION,
-            "store": getattr(self, "store_note", None), "k": s.k,
+            "model": self.info.model, "model_revision": self.info.revision,
+            "param_key": self.info.param_key, "grader_version": GRADER_VERSION,
+            "store": self.info.store_note, "k": s.k,
             "pass_count_histogram": hist, "sample_outcomes": outcomes,
             "truncation_rate": trunc_rate, "mean_response_tokens": mean_tokens,
             "pass_counts_by_source": {k: dict(sorted(v.items(), key=lambda kv: int(kv[0])))
@@ -564,8 +597,8 @@ class Estimator:
                 "samples": self.stats.get("samples", 0), "tokens": self.stats.get("tokens", 0),
                 "generate_seconds": gen_s, "grade_seconds": round(self.stats.get("grade_seconds", 0), 3),
                 "tokens_per_s": round(self.stats["tokens"] / gen_s, 1) if gen_s else None,
-                "grading": getattr(self, "grading_stats", {}),
-                "sampler": self.sampler.info() if hasattr(self, "sampler") else None,
+                "grading": self.info.grading,
+                "sampler": self.info.sampler,
             },
         }
         kept_shards = [{"path": p.name, "rows": pq.ParquetFile(p).metadata.num_rows, "sha256": file_sha256(p)}
