@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 	$(VENV)/bin/gradus model convert
 	touch $(STAMP)
 
-.PHONY: install demo test test-all lint bench
+.PHONY: install demo test test-all lint typecheck check bench
 install: $(STAMP)
 
 demo: $(STAMP)
@@ -29,7 +29,12 @@ test-all: $(STAMP)
 	$(PY) -m pytest -q -m ""
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check curate flows tests benchmarks rl_stage
+	$(VENV)/bin/ruff check curate flows tests benchmarks rl_stage data_cards
+
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy
+
+check: lint typecheck
 
 bench: $(STAMP)
 	$(PY) benchmarks/curate.py

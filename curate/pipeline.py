@@ -216,7 +216,7 @@ def dedup_stage(inputs: list[Path], out: Path, cfg: DedupConfig | None = None, f
             rep, kind = plan(cat(ids, np.uint64), cat(ranks, np.int64), cat(answers, np.uint64),
                              cat(numbers, np.uint64), np.concatenate(sigs) if (cfg.near and sigs) else None, cfg)
         all_ids = cat(id_strs, object)
-        sigs = None
+        del sigs  # the signatures are the largest thing held: gone before the second pass
         run.extra["dedup"] = {
             "clusters_with_duplicates": int(len(np.unique(rep[kind > 0]))),
             "exact_duplicates": int((kind == 1).sum()),
@@ -314,8 +314,7 @@ def curate_all(cfg: CurateConfig, out: Path, force: bool = False) -> dict:
         for i, s in enumerate(cfg.sources)
     ]
     ingest_dirs = [out / "1_ingest" / _source_dirname(i, s) for i, s in enumerate(cfg.sources)]
-    stages = {"ingest": ingested}
-    stages["filter"] = filter_stage(ingest_dirs, out / "2_filter", cfg.filters, force)
+    stages: dict[str, Manifest] = {"filter": filter_stage(ingest_dirs, out / "2_filter", cfg.filters, force)}
     last = out / "2_filter"
     if cfg.decontam.benchmarks:
         stages["decontam"] = decontam_stage([last], out / "3_decontam", cfg.decontam, force)
@@ -326,8 +325,8 @@ def curate_all(cfg: CurateConfig, out: Path, force: bool = False) -> dict:
         "final": str(final / "kept"),
         "rows_in": sum(m.rows_in for m in ingested),
         "rows_final": count_rows(final / "kept"),
-        "stages": {k: ([m.rows_kept for m in v] if isinstance(v, list) else v.rows_kept) for k, v in stages.items()},
-        "skipped": all(m.skipped for m in ingested) and all(v.skipped for k, v in stages.items() if k != "ingest"),
+        "stages": {"ingest": [m.rows_kept for m in ingested], **{k: v.rows_kept for k, v in stages.items()}},
+        "skipped": all(m.skipped for m in ingested) and all(v.skipped for v in stages.values()),
     }
     write_json_atomic(out / "curate_summary.json", summary)
     return summary

@@ -249,8 +249,9 @@ def _show_run(d: Path, stages: list) -> None:
     for p, m in stages:
         flow = ""
         ups = [kept_by_path.get(str(Path(e["path"]).resolve())) for e in m.inputs if "path" in e]
-        if ups and all(u is not None for u in ups) and m.stage != "estimate":
-            flow = "" if sum(ups) == m.rows_in else f"  (inputs kept {sum(ups)}: MISMATCH)"
+        known = [u for u in ups if u is not None]
+        if ups and len(known) == len(ups) and m.stage != "estimate":
+            flow = "" if sum(known) == m.rows_in else f"  (inputs kept {sum(known)}: MISMATCH)"
         print(f"  {m.stage:<9} {m.rows_in:>9} {m.rows_kept:>9} {m.rows_rejected:>9}  {p.relative_to(d)}{flow}")
         top = ", ".join(f"{r} {n}" for r, n in list(m.rejected_by_reason.items())[:4])
         if top:

@@ -14,6 +14,7 @@ prompts as an uninterrupted one.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,7 +38,7 @@ class Prompt:
     answer: str
 
 
-def find_stages(paths: list[str | Path]) -> list[tuple[str, list[Path]]]:
+def find_stages(paths: Sequence[str | Path]) -> list[tuple[str, list[Path]]]:
     """[(stage name, parquet files)] in curriculum order, from export folders or shard folders."""
     stages: list[tuple[str, list[Path]]] = []
     for p in map(Path, paths):
@@ -62,7 +63,7 @@ def find_stages(paths: list[str | Path]) -> list[tuple[str, list[Path]]]:
 
 
 def _load(files: list[Path]) -> dict:
-    rows = {"id": [], "problem": [], "answer": [], "s_correct": [], "s_total": []}
+    rows: dict[str, list] = {"id": [], "problem": [], "answer": [], "s_correct": [], "s_total": []}
     for f in files:
         pf = pq.ParquetFile(f)
         names = pf.schema_arrow.names
@@ -89,7 +90,7 @@ def _load(files: list[Path]) -> dict:
     return rows
 
 
-def held_out_prompts(paths: list[str | Path], n: int, seed: int = 0) -> list[Prompt]:
+def held_out_prompts(paths: Sequence[str | Path], n: int, seed: int = 0) -> list[Prompt]:
     """Up to ``n`` evaluation prompts drawn uniformly (seeded) from *every* stage of every folder in ``paths``."""
     files = [f for _, fs in find_stages(paths) for f in fs]
     rows = _load(files)
@@ -99,8 +100,8 @@ def held_out_prompts(paths: list[str | Path], n: int, seed: int = 0) -> list[Pro
 
 
 class CurriculumSampler:
-    def __init__(self, paths: list[str | Path], seed: int = 0, stage_steps: int | None = None, advance_at: float | None = None,
-                 prioritized: bool = True, floor: float = 0.05):
+    def __init__(self, paths: Sequence[str | Path], seed: int = 0, stage_steps: int | None = None,
+                 advance_at: float | None = None, prioritized: bool = True, floor: float = 0.05):
         self.stages = find_stages(paths)
         self.seed, self.stage_steps, self.advance_at = seed, stage_steps, advance_at
         self.prioritized, self.floor = prioritized, floor

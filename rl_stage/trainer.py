@@ -33,10 +33,12 @@ import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from curate.core.errors import GradusError
+from curate.difficulty import HFSampler, VLLMSampler
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +59,23 @@ class _Seq:
     engine_logp: list[float] | None
     n_tokens: int
     truncated: bool
+
+
+@dataclass
+class _UpdateStats:
+    """What the updates of one rollout step did (summed over tokens where it says so)."""
+
+    loss: float = 0.0  # mean over updates of each update's loss
+    clip_low: float = 0.0  # tokens
+    clip_high: float = 0.0  # tokens
+    kl: float = 0.0  # summed over tokens
+    entropy: float = 0.0  # summed over tokens
+    tokens: float = 0.0
+    ratio_dev_max: float = 0.0
+    updates: int = 0
+    skipped: str | None = None
+    grad_norm: float | None = None
+    mismatch: list[float] = field(default_factory=list)
 
 
 @dataclass
@@ -171,12 +190,12 @@ class TrainConfig:
         raw.update({k: v for k, v in overrides.items() if v is not None})
         return from_dict(cls, raw, where=str(path), base_dir=Path(path).resolve().parent)
 
-    def resolved(self):
+    def resolved(self) -> dict[str, Any]:
         """The algorithm settings after applying the preset, as a dict."""
         from rl_stage.algorithms import ADVANTAGES, AGGREGATIONS, lookup, preset
 
         p = preset(self.preset)
-        d = {
+        d: dict[str, Any] = {
             "advantage": self.advantage or p.advantage, "aggregation": self.aggregation or p.aggregation,
             "eps_low": p.eps_low if self.eps_low is None else self.eps_low,
             "eps_high": p.eps_high if self.eps_high is None else self.eps_high,
@@ -295,8 +314,7 @@ class Trainer:
         (self.out / "config.json").write_text(json.dumps({**asdict(cfg), "resolved": self.alg}, indent=2, default=str))
 
     def _engine(self, path: str) -> None:
-        from curate.difficulty import HFSampler, VLLMSampler
-
+        self.engine: VLLMSampler | HFSampler
         if self.cfg.rollout_backend == "vllm":
             # processed log-probs: after temperature scaling, i.e. of the distribution that was sampled (vLLM's
             # default returns the raw model's), so the rollout/trainer mismatch check compares like with like
@@ -307,7 +325,7 @@ class Trainer:
                                     batch_prompts=self.cfg.prompts_per_step)
 
     def _push(self) -> float:
-        if self.cfg.rollout_backend != "vllm":
+        if not isinstance(self.engine, VLLMSampler):  # transformers rollouts sample from the trained model itself
             return 0.0
         return self.engine.push_weights((k, v.detach()) for k, v in self.model.state_dict().items())
 
@@ -420,7 +438,7 @@ class Trainer:
         ro.kept = ro.kept[: cfg.prompts_per_step]
         return ro
 
-    def _sequences(self, kept) -> tuple[list[_Seq], object]:
+    def _sequences(self, kept) -> tuple[list[_Seq], tuple[Any, Any]]:
         """Group advantages, then one ``_Seq`` per completion (groups stay contiguous)."""
         from rl_stage import algorithms
 
@@ -451,7 +469,9 @@ class Trainer:
         """Log-probs before any update: the sampling policy's (when a later update needs a ratio against it)
         and the reference model's (KL); and the rollout/trainer mismatch on unmasked sequences."""
         torch = self.torch
-        old, ref, mismatch = {}, {}, []
+        old: dict[tuple[int, int], Any] = {}
+        ref: dict[tuple[int, int], Any] = {}
+        mismatch: list[float] = []
         if not need_old and self.ref is None:
             return old, ref, mismatch
         with torch.no_grad():
@@ -474,7 +494,7 @@ class Trainer:
                 out.append(float((t - self.torch.tensor(q.engine_logp)).abs().mean()))
         return out
 
-    def _update(self, seqs: list[_Seq]) -> dict:
+    def _update(self, seqs: list[_Seq]) -> _UpdateStats:
         """``num_iterations`` epochs of one optimizer update per mini-batch, micro-batches accumulated.
 
         Each mini-batch is its own loss (aggregated with its own sequence and token counts, as verl and TRL
@@ -488,8 +508,7 @@ class Trainer:
         minis = self._mini_batches(seqs)
         need_old = len(minis) > 1 or cfg.num_iterations > 1
         old, ref, mismatch = self._reference_passes(seqs, minis, need_old)
-        st = {"loss": 0.0, "clip_low": 0.0, "clip_high": 0.0, "kl": 0.0, "entropy": 0.0, "tokens": 0.0,
-              "ratio_dev_max": 0.0, "updates": 0, "skipped": None, "grad_norm": None}
+        st = _UpdateStats()
         self.model.train()
         for epoch in range(cfg.num_iterations):
             for m, mini in enumerate(minis):
@@ -513,38 +532,38 @@ class Trainer:
                     if self.ref is not None:
                         kl = algorithms.kl_k3(lp, ref[m, s])
                         tok_loss = tok_loss + alg["kl_coef"] * kl
-                        st["kl"] += float((kl * cm).sum())
+                        st.kl += float((kl * cm).sum())
                     loss = algorithms.aggregate(alg["aggregation"], tok_loss, cm, n_seqs=n_seqs, n_tokens=n_tokens,
                                                 max_len=cfg.max_tokens)
                     if not torch.isfinite(loss):
-                        st["skipped"] = "non-finite loss"
+                        st.skipped = "non-finite loss"
                         break
                     loss.backward()
                     loss_total += loss.item()
                     with torch.no_grad():
                         dev = ((lp - old_lp).exp() - 1).abs() * cm
-                        st["ratio_dev_max"] = max(st["ratio_dev_max"], float(dev.max()) if dev.numel() else 0.0)
-                    st["clip_low"] += float((info["clip_low"] * cm).sum())
-                    st["clip_high"] += float((info["clip_high"] * cm).sum())
-                    st["entropy"] += float((ent * cm).sum())
-                    st["tokens"] += float(cm.sum())
-                if st["skipped"] is None:
+                        st.ratio_dev_max = max(st.ratio_dev_max, float(dev.max()) if dev.numel() else 0.0)
+                    st.clip_low += float((info["clip_low"] * cm).sum())
+                    st.clip_high += float((info["clip_high"] * cm).sum())
+                    st.entropy += float((ent * cm).sum())
+                    st.tokens += float(cm.sum())
+                if st.skipped is None:
                     gn = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm))
                     if math.isfinite(gn):
-                        st["grad_norm"] = gn
+                        st.grad_norm = gn
                     else:
-                        st["skipped"] = "non-finite gradient"
-                if st["skipped"] is not None:
+                        st.skipped = "non-finite gradient"
+                if st.skipped is not None:
                     self.opt.zero_grad(set_to_none=True)
                     break
                 self.opt.step()
-                st["updates"] += 1
-                st["loss"] += loss_total
-            if st["skipped"] is not None:
+                st.updates += 1
+                st.loss += loss_total
+            if st.skipped is not None:
                 break
-        if st["updates"]:
-            st["loss"] /= st["updates"]
-        st["mismatch"] = mismatch
+        if st.updates:
+            st.loss /= st.updates
+        st.mismatch = mismatch
         return st
 
     def _advance_schedule(self) -> None:
@@ -573,8 +592,8 @@ class Trainer:
         st = self._update(seqs)
         train_s = time.perf_counter() - tt
         self._advance_schedule()
-        push_s = self._push() if st["updates"] else 0.0  # weights changed: the engine must sample from them
-        tok = max(1.0, st["tokens"])
+        push_s = self._push() if st.updates else 0.0  # weights changed: the engine must sample from them
+        tok = max(1.0, st.tokens)
         adv_flat = adv.flatten()
         lengths = [q.n_tokens for q in seqs]
         metrics.update({
@@ -582,18 +601,18 @@ class Trainer:
             "accuracy_kept": float(np.mean([sum(c) / len(c) for _, _, c in ro.kept])),
             "adv_mean": float(adv_flat.mean()), "adv_std": float(adv_flat.std()) if adv_flat.numel() > 1 else 0.0,
             "adv_abs_max": float(adv_flat.abs().max()),
-            "loss": st["loss"], "grad_norm": st["grad_norm"], "lr": lr, "updates": st["updates"],
-            "clip_frac_low": st["clip_low"] / tok, "clip_frac_high": st["clip_high"] / tok,
-            "ratio_abs_dev_max": st["ratio_dev_max"],
-            "kl": st["kl"] / tok if self.ref is not None else None, "entropy": st["entropy"] / tok,
+            "loss": st.loss, "grad_norm": st.grad_norm, "lr": lr, "updates": st.updates,
+            "clip_frac_low": st.clip_low / tok, "clip_frac_high": st.clip_high / tok,
+            "ratio_abs_dev_max": st.ratio_dev_max,
+            "kl": st.kl / tok if self.ref is not None else None, "entropy": st.entropy / tok,
             "response_length": float(np.mean(lengths)), "truncation_rate": float(np.mean([q.truncated for q in seqs])),
-            "rollout_logp_abs_diff": float(np.mean(st["mismatch"])) if st["mismatch"] else None,
+            "rollout_logp_abs_diff": float(np.mean(st.mismatch)) if st.mismatch else None,
             "time/generate_s": round(ro.gen_s, 3), "time/reward_s": round(ro.reward_s, 3), "time/train_s": round(train_s, 3),
             "time/push_s": round(push_s, 3), "time/step_s": round(time.perf_counter() - t0, 3),
             "tokens_generated": int(sum(lengths)),
         })
-        if st["skipped"]:
-            metrics["skipped"] = st["skipped"]
+        if st.skipped:
+            metrics["skipped"] = st.skipped
         return metrics
 
     # ---- evaluation --------------------------------------------------------------------------------

@@ -87,7 +87,7 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
             except ConfigError as e:
                 errors.append(str(e))
         raise ConfigError(errors[0] if len(errors) == 1 else f"{where}: {value!r} fits none of {tp}")
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         if isinstance(value, tp):
             return value
         if not isinstance(value, dict):
@@ -172,7 +172,7 @@ def field_help(cls) -> dict[str, str]:
     """Each field's help: its trailing ``# comment`` in the class source, else the comment lines above it."""
     out: dict[str, str] = {}
     for klass in reversed(cls.__mro__):
-        if not dataclasses.is_dataclass(klass):
+        if not (isinstance(klass, type) and dataclasses.is_dataclass(klass)):
             continue
         try:
             lines = inspect.getsource(klass).splitlines()

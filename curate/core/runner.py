@@ -66,7 +66,7 @@ class StageRun:
         self.reasons: Counter[str] = Counter()
         self.signals: Counter[str] = Counter()
         self.by_source: dict[str, Counter[str]] = defaultdict(Counter)
-        self.timings: Counter[str] = Counter()
+        self.timings: defaultdict[str, float] = defaultdict(float)
         self.extra: dict = {}
 
     def reset(self) -> None:
@@ -75,7 +75,8 @@ class StageRun:
         self.rejected.abort()
         for sub in ("kept", "rejected"):
             shutil.rmtree(self.out / sub, ignore_errors=True)
-        self.__init__(self.name, self.out, self.kept.rows_per_shard)
+        fresh = StageRun(self.name, self.out, self.kept.rows_per_shard)
+        self.__dict__.update(fresh.__dict__)
 
     @contextmanager
     def timed(self, key: str):
@@ -95,7 +96,7 @@ class StageRun:
                 for src, n in _value_counts(kept["source"]).items():
                     self.by_source[src]["in"] += n
                     self.by_source[src]["kept"] += n
-            if n_rej:
+            if rejected is not None and n_rej:
                 self.rejected.write(rejected)
                 reasons = rejected["reject_reason"]
                 self.reasons.update(_value_counts(reasons))
@@ -318,7 +319,7 @@ class Runner:
     # ---- after the work ------------------------------------------------------------------------------
     def expected_rows_in(self) -> int | None:
         rows = [e.get("rows") for e in self.inputs if "path" in e]
-        return sum(rows) if rows and all(r is not None for r in rows) else None
+        return sum(int(r) for r in rows if r is not None) if rows and all(r is not None for r in rows) else None
 
     def finish(self, rows_in: int, kept_shards: list[dict], rejected_shards: list[dict], reasons: dict[str, int],
                by_source: dict, stats: dict, expected_rows_in: int | None = None, folder: Path | None = None,

@@ -47,7 +47,7 @@ class ShardWriter:
         start = 0
         while start < table.num_rows:
             if self._writer is None:
-                self._open()
+                self._writer = self._open()
             take = min(self.rows_per_shard - self._in_shard, table.num_rows - start)
             self._writer.write_table(table.slice(start, take), row_group_size=ROW_GROUP_SIZE)
             self._in_shard += take
@@ -56,7 +56,7 @@ class ShardWriter:
             if self._in_shard >= self.rows_per_shard:
                 self._close_shard()
 
-    def _open(self) -> None:
+    def _open(self) -> pq.ParquetWriter:
         self.folder.mkdir(parents=True, exist_ok=True)
         name = f"{self.prefix}_{len(self.shards):05d}.parquet"
         self._tmp = self.folder / (name + ".tmp")
@@ -64,6 +64,7 @@ class ShardWriter:
             self._tmp, self.schema, compression="zstd", write_statistics=True, store_schema=True
         )
         self._in_shard = 0
+        return self._writer
 
     def _close_shard(self) -> None:
         assert self._writer is not None and self._tmp is not None

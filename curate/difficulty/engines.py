@@ -28,6 +28,7 @@ import urllib.request
 from collections.abc import Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from curate.core.errors import GradusError
 
@@ -96,7 +97,7 @@ class Sampler:
     backend: str = "?"
     model_name: str = "?"
     model_path: str = "?"
-    tokenizer = None  # HF tokenizer when the backend has one (templates, prompt lengths)
+    tokenizer: Any = None  # HF tokenizer when the backend has one (templates, prompt lengths)
     max_inflight: int = 64
 
     def __init__(self, cfg: SamplingConfig):
@@ -209,9 +210,11 @@ class VLLMSampler(Sampler):
                     if logprobs and c.logprobs is not None:
                         lp = [d[t].logprob for d, t in zip(c.logprobs, c.token_ids, strict=False)]
                     groups[rid][int(j)] = Completion(c.text, len(c.token_ids), c.finish_reason or "stop", lp, list(c.token_ids))
-                    if all(x is not None for x in groups[rid]):
+                    done = groups[rid]
+                    if all(x is not None for x in done):
                         engine_ids.pop(rid)
-                        yield rid, groups.pop(rid)
+                        groups.pop(rid)
+                        yield rid, [x for x in done if x is not None]
         finally:
             if engine_ids:  # the consumer stopped early or failed: leave no requests behind in the engine
                 self.engine.abort_request([e for ids in engine_ids.values() for e in ids])

@@ -30,7 +30,7 @@ import queue
 import threading
 import time
 import uuid
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -295,7 +295,7 @@ class _Histogram:
 
     def __init__(self, k: int):
         self.k = k
-        self.counts = Counter()
+        self.counts: Counter[int] = Counter()
 
     def add(self, n_correct: int) -> None:
         self.counts[n_correct] += 1
@@ -314,7 +314,7 @@ class Estimator:
         self.cfg = cfg
         self._sampler = sampler
         self.progress = progress
-        self.stats: Counter = Counter()
+        self.stats: defaultdict[str, float] = defaultdict(float)  # counts and seconds of this run
         self.info = _RunInfo()
         self.sampler: Sampler | None = None
         self.store: DifficultyStore | None = None
@@ -411,7 +411,10 @@ class Estimator:
             ids = table["id"].to_pylist()
             problems = table["problem"].to_pylist()
             answers = table["answer"].to_pylist() if "answer" in table.column_names else [None] * table.num_rows
-            reqs, rejected, ptoks, hits = [], {}, {}, {}
+            reqs: list[tuple[int, GenRequest]] = []
+            rejected: dict[int, tuple[str, str]] = {}
+            ptoks: dict[int, int | None] = {}
+            hits: dict[int, dict] = {}
             for i, (pid, prob, ans) in enumerate(zip(ids, problems, answers, strict=True)):
                 if ans is None or not str(ans).strip():
                     rejected[i] = ("no_gold", "no gold answer to grade against")
@@ -420,9 +423,10 @@ class Estimator:
                 if sampler.tokenizer is not None:
                     req = sampler.prepare(f"{c}:{i}:{pid}", templates.render(cfg.template, prob, sampler.tokenizer), special,
                                           msgs, seed_key=pid)
-                    ptoks[i] = len(req.prompt_ids)
-                    if ptoks[i] > s.max_prompt_tokens:  # checked before the store: a stored row obeys the same limit
-                        rejected[i] = ("prompt_too_long", f"{ptoks[i]} prompt tokens > max_prompt_tokens {s.max_prompt_tokens}")
+                    n_prompt = len(req.prompt_ids or [])
+                    ptoks[i] = n_prompt
+                    if n_prompt > s.max_prompt_tokens:  # checked before the store: a stored row obeys the same limit
+                        rejected[i] = ("prompt_too_long", f"{n_prompt} prompt tokens > max_prompt_tokens {s.max_prompt_tokens}")
                         continue
                 else:
                     text = prob if cfg.template in ("chat", "qwen_math") else templates.render(cfg.template, prob)
@@ -592,9 +596,9 @@ class Estimator:
             "pass_counts_by_source": {k: dict(sorted(v.items(), key=lambda kv: int(kv[0])))
                                       for k, v in sorted(pass_counts_by_source.items())},
             "this_run": {
-                "chunks_total": self.stats.get("chunks_total", 0), "chunks_already_done": resumed,
-                "store_hits": self.stats.get("store_hits", 0),
-                "samples": self.stats.get("samples", 0), "tokens": self.stats.get("tokens", 0),
+                "chunks_total": int(self.stats["chunks_total"]), "chunks_already_done": resumed,
+                "store_hits": int(self.stats["store_hits"]),
+                "samples": int(self.stats["samples"]), "tokens": int(self.stats["tokens"]),
                 "generate_seconds": gen_s, "grade_seconds": round(self.stats.get("grade_seconds", 0), 3),
                 "tokens_per_s": round(self.stats["tokens"] / gen_s, 1) if gen_s else None,
                 "grading": self.info.grading,

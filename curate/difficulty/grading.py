@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from multiprocessing.connection import Connection, wait
+from typing import Any
 
 _GRADING_RULE = 3  # bump when extraction or verdict rules change: it is part of every store key and run identity
 
@@ -212,7 +213,7 @@ def _worker_main(conn: Connection, mem_bytes: int | None) -> None:
 
 
 class _Worker:
-    def __init__(self, ctx: mp.context.BaseContext, mem_bytes: int | None):
+    def __init__(self, ctx, mem_bytes: int | None):
         self.conn, child = ctx.Pipe()
         self.proc = ctx.Process(target=_worker_main, args=(child, mem_bytes), daemon=True)
         self.proc.start()
@@ -340,7 +341,7 @@ class GradingPool:
                     jobs[wi] = _Job(self._req, positions, 0, time.monotonic() + self.item_deadline_s)
             now = time.monotonic()
             timeout = max(0.0, min(j.deadline for j in jobs.values()) - now)
-            by_handle = {}
+            by_handle: dict[Any, int] = {}
             for wi in jobs:
                 w = self._workers[wi]
                 by_handle[w.conn] = wi

@@ -184,7 +184,7 @@ class Target:
         return cls("custom", weights)
 
     def describe(self) -> str:
-        if self.kind == "band":
+        if self.kind == "band" and self.band is not None:
             return f"band {self.band[0]} < pass_rate < {self.band[1]}"
         return self.kind + " " + ", ".join(f"{k}={v:g}" for k, v in self.weights.items())
 
@@ -258,7 +258,7 @@ def select(table: pa.Table, total: int | None, target: Target, spec: BucketSpec 
 
     # eligibility
     eligible: dict[str, list[int]] = {}
-    if target.kind == "band":
+    if target.kind == "band" and target.band is not None:
         lo, hi = target.band
         pr = table["pass_rate"].to_pylist()
         for i, p in enumerate(pr):

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -123,7 +124,7 @@ HANDWRITTEN: list[tuple[str, str, str | None, str | None, str]] = [
 ]
 
 def parse_spec(spec: str) -> dict:
-    opts = {"n": 1000, "seed": 0, "difficulty": "1-5", "extras": 1, "kinds": ",".join(KINDS)}
+    opts: dict[str, Any] = {"n": 1000, "seed": 0, "difficulty": "1-5", "extras": 1, "kinds": ",".join(KINDS)}
     body = spec.partition(":")[2]
     for part in filter(None, body.split(",")):
         k, _, v = part.partition("=")
