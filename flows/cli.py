@@ -445,7 +445,8 @@ def _quiet_engines() -> None:
     transformers' advisories and hub progress bars. Our own warnings (logging) and progress bars stay."""
     import warnings
 
-    for k, v in (("VLLM_LOGGING_LEVEL", "ERROR"), ("TORCH_CPP_LOG_LEVEL", "ERROR"), ("TRANSFORMERS_VERBOSITY", "error"),
+    for k, v in (("VLLM_LOGGING_LEVEL", "ERROR"), ("TORCH_CPP_LOG_LEVEL", "ERROR"), ("TORCH_LOGS", "-all"),
+                 ("TRANSFORMERS_VERBOSITY", "error"),
                  ("HF_HUB_DISABLE_PROGRESS_BARS", "1"), ("TOKENIZERS_PARALLELISM", "false")):
         os.environ.setdefault(k, v)
     for cat in (FutureWarning, DeprecationWarning, UserWarning):
