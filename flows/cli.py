@@ -361,26 +361,19 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     s.add_argument("--force", action="store_true", help="re-run even if a complete output exists")
     s.set_defaults(fn=cmd_ingest)
 
-    s = sub.add_parser("filter", help="drop unverifiable items (MCQ, proofs, yes/no, ...) and ungradable golds")
-    s.add_argument("inputs", nargs="+")
-    s.add_argument("--out", required=True)
-    add_options(s, "curate.clean.filters.FilterConfig")
-    s.add_argument("--force", action="store_true")
-    s.set_defaults(fn=cmd_filter)
-
-    s = sub.add_parser("decontam", help="drop rows that match evaluation benchmarks")
-    s.add_argument("inputs", nargs="+")
-    s.add_argument("--out", required=True)
-    add_options(s, "curate.clean.decontam.DecontamConfig", aliases={"benchmarks": ["--against"]})
-    s.add_argument("--force", action="store_true")
-    s.set_defaults(fn=cmd_decontam)
-
-    s = sub.add_parser("dedup", help="exact and near-duplicate removal")
-    s.add_argument("inputs", nargs="+")
-    s.add_argument("--out", required=True)
-    add_options(s, "curate.clean.dedup.DedupConfig")
-    s.add_argument("--force", action="store_true")
-    s.set_defaults(fn=cmd_dedup)
+    for name, fn, config, text, aliases in (
+        ("filter", cmd_filter, "curate.clean.filters.FilterConfig",
+         "drop unverifiable items (MCQ, proofs, yes/no, ...) and ungradable golds", {}),
+        ("decontam", cmd_decontam, "curate.clean.decontam.DecontamConfig", "drop rows that match evaluation benchmarks",
+         {"benchmarks": ["--against"]}),
+        ("dedup", cmd_dedup, "curate.clean.dedup.DedupConfig", "exact and near-duplicate removal", {}),
+    ):
+        s = sub.add_parser(name, help=text)
+        s.add_argument("inputs", nargs="+")
+        s.add_argument("--out", required=True)
+        add_options(s, config, aliases=aliases)
+        s.add_argument("--force", action="store_true")
+        s.set_defaults(fn=fn)
 
     s = sub.add_parser("curate", help="run every stage from a JSON/TOML config")
     s.add_argument("config")
