@@ -72,4 +72,7 @@ def run_demo(out: Path, estimate_rows: int = 40, force: bool = False, progress: 
     say(f"estimate: first {estimate_rows} rows of the clean set, SmolLM2-135M-Instruct on {ecfg.backend}, k=10, T=0.7")
     est = estimate([Path(summary["final"])], out / "5_difficulty", ecfg, force=force, progress=progress)
     exp = export([out / "5_difficulty"], out / "6_export", ExportConfig(format="parquet", curriculum=True), force=force)
+    from data_cards.render import write_card
+
+    write_card(out)  # the whole run's card: curation, difficulty and the export
     return DemoResult(summary, est, exp)

@@ -305,7 +305,7 @@ def _source_dirname(i: int, s: SourceSpec) -> str:
     return f"{i:02d}_{''.join(c if c.isalnum() or c in '-_.' else '_' for c in base)}"
 
 
-def curate_all(cfg: CurateConfig, out: Path, force: bool = False) -> dict:
+def curate_all(cfg: CurateConfig, out: Path, force: bool = False, card: bool = True) -> dict:
     """Run every stage in order; returns a summary that names each stage's output and counts."""
     out = Path(out)
     cfg.check()  # sources and benchmarks found before any stage runs
@@ -329,4 +329,8 @@ def curate_all(cfg: CurateConfig, out: Path, force: bool = False) -> dict:
         "skipped": all(m.skipped for m in ingested) and all(v.skipped for v in stages.values()),
     }
     write_json_atomic(out / "curate_summary.json", summary)
+    if card:
+        from data_cards.render import write_card
+
+        summary["card"] = str(write_card(out))
     return summary

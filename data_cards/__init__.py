@@ -1,1 +1,2 @@
-"""gradus.data_cards package."""
+"""Data cards: a Hugging Face dataset card for a run folder, a stage output or an export, built from manifests and
+shards alone (``card.py`` gathers the figures, ``render.py`` writes README.md, card.json and plots, shows and diffs)."""

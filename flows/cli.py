@@ -104,6 +104,10 @@ def cmd_demo(a: argparse.Namespace) -> None:
         _print_estimate(r.estimate, out / "5_difficulty")
     if r.export is not None:
         _print_export(r.export, out / "6_export")
+    from data_cards.render import load_card, show_text
+
+    print(show_text(load_card(out)))
+    print(f"data card: {out / 'README.md'} (plots in {out / 'plots'}); the export's own: {out / '6_export' / 'README.md'}")
 
 
 def cmd_estimate(a: argparse.Namespace) -> None:
@@ -279,6 +283,22 @@ def _show_samples(d: Path, m, reason: str, n: int) -> None:
                 return
 
 
+def cmd_card(a: argparse.Namespace) -> None:
+    from data_cards.render import diff_cards, diff_text, load_card, show_text, write_card
+
+    if a.action == "build":
+        for d in a.dirs:
+            print(f"card: {write_card(Path(d), Path(a.out) if a.out else None)}")
+    elif a.action == "show":
+        for d in a.dirs:
+            print(show_text(load_card(Path(d))))
+    else:
+        if len(a.dirs) != 2:
+            raise ValueError("card diff takes two folders: OLD NEW")
+        d = diff_cards(Path(a.dirs[0]), Path(a.dirs[1]))
+        print(json.dumps(d, indent=2) if a.json else diff_text(d))
+
+
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -327,7 +347,8 @@ def cmd_list(a: argparse.Namespace) -> None:
             print(f"{k.name:<9} {k.description}")
 
 
-COMMANDS = ("ingest", "filter", "decontam", "dedup", "curate", "estimate", "export", "train", "model", "demo", "list", "show")
+COMMANDS = ("ingest", "filter", "decontam", "dedup", "curate", "estimate", "export", "train", "model", "demo", "list", "show",
+            "card")
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
@@ -420,6 +441,13 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     s.add_argument("--no-progress", action="store_true")
     s.add_argument("--force", action="store_true")
     s.set_defaults(fn=cmd_demo)
+
+    s = sub.add_parser("card", help="data cards: build (README.md + card.json + plots), show in the terminal, diff two runs")
+    s.add_argument("action", choices=["build", "show", "diff"])
+    s.add_argument("dirs", nargs="+", help="run folders, stage outputs or exports (diff: OLD NEW)")
+    s.add_argument("--out", help="build: write the card here instead of into the folder")
+    s.add_argument("--json", action="store_true", help="diff: the figures as JSON")
+    s.set_defaults(fn=cmd_card)
 
     s = sub.add_parser("list", help="names accepted by flags and configs: " + ", ".join(LISTS))
     s.add_argument("what", choices=LISTS)

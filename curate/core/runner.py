@@ -134,10 +134,11 @@ class StageError(GradusError):
 
 MARKER = ".gradus-stage.json"  # written before any data: this folder is a gradus stage output (maybe unfinished)
 # what a stage output folder may hold, by output kind; anything else is a user's and stops the run
+_CARD = {"README.md", "card.json", "plots"}  # a data card of the output (data_cards), rebuilt with it
 _OWN = {
-    "shards": {MANIFEST, MARKER, "kept", "rejected"},
-    "parts": {MANIFEST, MARKER, "kept", "rejected", "responses"},
-    "folder": {MANIFEST, MARKER, "data", "selection_report.json"},
+    "shards": {MANIFEST, MARKER, "kept", "rejected", *_CARD},
+    "parts": {MANIFEST, MARKER, "kept", "rejected", "responses", *_CARD},
+    "folder": {MANIFEST, MARKER, "data", "selection_report.json", *_CARD},
 }
 
 

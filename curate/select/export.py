@@ -79,6 +79,7 @@ class ExportConfig:
     seed: int = 0  # selection and order seed
     weight_floor: float = 0.05  # floor of Kimi's 1 - pass_rate resampling weight (our choice: solved rows not starved)
     rows_per_shard: int = 50_000  # rows per output file (our choice: ~50-100 MB Parquet at typical row sizes)
+    card: bool = True  # write a data card (README.md, card.json, plots/) into the export
 
     def __post_init__(self):
         check_choice("format", self.format, FORMATS)
@@ -249,6 +250,10 @@ def export(inputs: list[Path], out: Path, cfg: ExportConfig, force: bool = False
         shutil.rmtree(old_dir, ignore_errors=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    if cfg.card:
+        from data_cards.render import write_card
+
+        write_card(final)  # README.md (ready to upload as a dataset repository), card.json, plots/
     return m
 
 

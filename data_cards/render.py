@@ -1,0 +1,400 @@
+"""Rendering a card: PNG plots (matplotlib, headless), README.md with the Hugging Face YAML header, terminal view, diff.
+
+    write_card("runs/demo")                 # README.md, card.json, plots/*.png into the folder
+    print(show_text(load_card("runs/demo")))
+    print(diff_text(diff_cards("runs/old", "runs/new")))
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from curate.core.manifest import ManifestError
+from curate.core.shards import write_json_atomic
+from data_cards.card import build_card, final_ids, size_category, stage_outputs
+
+CARD_JSON = "card.json"
+README = "README.md"
+PLOTS = "plots"
+
+
+# ---------------------------------------------------------------------------------------------- plots
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def make_plots(card: dict, out: Path) -> list[str]:
+    """The card's figures as PNGs under ``out``; returns their file names (relative to ``out``'s parent)."""
+    plt = _plt()
+    out.mkdir(parents=True, exist_ok=True)
+    made = []
+
+    wf = card.get("waterfall", [])
+    if wf:
+        fig, ax = plt.subplots(figsize=(8, 0.6 + 0.45 * (len(wf) + 1)))
+        labels = [f"{s['stage']} in" for s in wf[:1]] + [f"after {s['stage']}" for s in wf]
+        values = [wf[0]["rows_in"]] + [s["rows_out"] for s in wf]
+        ax.barh(labels[::-1], values[::-1], color="#4c72b0")
+        for y, v in enumerate(values[::-1]):
+            ax.text(v, y, f" {v:,}", va="center", fontsize=9)
+        ax.set_xlabel("rows")
+        ax.set_title("Rows through the pipeline")
+        ax.set_xlim(0, max(values) * 1.15 or 1)
+        made.append(_save(fig, out / "waterfall.png"))
+
+    diff = card.get("difficulty")
+    if diff:
+        fig, ax = plt.subplots(figsize=(7, 3.2))
+        ks = list(diff["histogram"])
+        ax.bar(ks, [diff["histogram"][k] for k in ks], color="#55a868")
+        ax.set_xlabel(f"correct samples of k = {diff['k']}")
+        ax.set_ylabel("problems")
+        ax.set_title(f"Pass counts ({diff['model']}, T = {diff['temperature']})")
+        made.append(_save(fig, out / "pass_counts.png"))
+        levels = {lv: v for lv, v in diff["pass_rate_by_level"].items() if v}
+        if len(levels) >= 2:
+            order = sorted(levels, key=lambda x: (_num(x), x))
+            fig, ax = plt.subplots(figsize=(7, 3.2))
+            ax.boxplot([levels[lv] for lv in order], tick_labels=order)
+            rho = diff.get("spearman_rho_pass_rate_vs_level")
+            ax.set_title(f"Pass rate by declared level (Spearman rho = {rho})")
+            ax.set_ylabel("pass rate")
+            ax.set_ylim(-0.05, 1.05)
+            made.append(_save(fig, out / "pass_rate_by_level.png"))
+
+    src = card.get("sources", {})
+    if src:
+        fig, ax = plt.subplots(figsize=(7, 0.6 + 0.45 * len(src)))
+        names = list(src)
+        ax.barh(names, [src[n]["in"] for n in names], color="#c4c4c4", label="in")
+        ax.barh(names, [src[n]["final"] for n in names], color="#4c72b0", label="in the clean set")
+        ax.set_xlabel("rows")
+        ax.legend(loc="lower right", fontsize=8)
+        ax.set_title("Sources")
+        made.append(_save(fig, out / "sources.png"))
+
+    cur = card.get("curriculum")
+    if cur and cur.get("by_bucket"):
+        fig, ax = plt.subplots(figsize=(7, 3))
+        b = list(cur["by_bucket"])
+        x = range(len(b))
+        ax.bar([i - 0.2 for i in x], [cur["by_bucket"][k]["asked"] for k in b], width=0.4, label="asked", color="#c4c4c4")
+        ax.bar([i + 0.2 for i in x], [cur["by_bucket"][k]["taken"] for k in b], width=0.4, label="taken", color="#4c72b0")
+        ax.set_xticks(list(x), b)
+        ax.set_ylabel("rows")
+        ax.legend(fontsize=8)
+        ax.set_title(f"Target vs achieved ({cur['target']})")
+        made.append(_save(fig, out / "buckets.png"))
+    return [f"{out.name}/{m}" for m in made]
+
+
+def _num(x: str) -> float:
+    from data_cards.card import _level_number
+
+    v = _level_number(x)
+    return v if v is not None else float("inf")
+
+
+def _save(fig, path: Path) -> str:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return path.name
+
+
+# --------------------------------------------------------------------------------------------- README
+def _card_data(card: dict, folder: Path):
+    """The YAML header: license, task, size, tags, and ``configs`` pointing at the data files that exist."""
+    from huggingface_hub import DatasetCardData
+
+    licenses = {v["license"] for v in card.get("sources", {}).values()}
+    license_ = next(iter(licenses)) if len(licenses) == 1 and not next(iter(licenses)).startswith("unknown") else "other"
+    rows = card.get("curriculum", {}).get("rows") or card.get("final_set", {}).get("rows") or 0
+    configs = []
+    cur = card.get("curriculum")
+    fmt = (cur or {}).get("format") or "parquet"
+    ext = {"parquet": "parquet", "jsonl": "jsonl", "hf": "arrow"}[fmt]
+    if cur:
+        base = _rel(Path(cur["folder"]), folder)
+        parts = [s for s in cur["stages"] if s["folder"] != "."]
+        if parts:
+            configs.append({"config_name": "all", "default": True,
+                            "data_files": [{"split": "train", "path": f"{base}stage_*/data/*.{ext}"}]})
+            configs += [{"config_name": s["folder"],
+                         "data_files": [{"split": "train", "path": f"{base}{s['folder']}/data/*.{ext}"}]} for s in parts]
+        else:
+            configs.append({"config_name": "default", "data_files": [{"split": "train", "path": f"{base}data/*.{ext}"}]})
+    elif card.get("final_set"):
+        base = _rel(Path(card["final_set"]["folder"]), folder)
+        configs.append({"config_name": "default", "data_files": [{"split": "train", "path": f"{base}kept/*.parquet"}]})
+    features = _features(card, folder)
+    return DatasetCardData(
+        license=license_, language=["en"], task_categories=["text-generation"], size_categories=[size_category(rows)],
+        pretty_name=f"{card['name']} (gradus)", tags=["math", "reasoning", "reinforcement-learning", "gradus"],
+        configs=configs, dataset_info={"features": features} if features else None,
+    )
+
+
+def _rel(target: Path, folder: Path) -> str:
+    """``target`` relative to the card's folder, as a prefix ending in ``/`` ("" for the folder itself)."""
+    t, f = target.resolve(), folder.resolve()
+    if t == f:
+        return ""
+    if f in t.parents:
+        return t.relative_to(f).as_posix() + "/"
+    raise ManifestError(f"{target} is outside {folder}: write the card beside its data")
+
+
+def _features(card: dict, folder: Path) -> list[dict]:
+    """``dataset_info.features`` from the schema of the first data file the configs point at."""
+    import pyarrow.parquet as pq
+
+    cur = card.get("curriculum")
+    root = Path(cur["folder"]) if cur else folder
+    files = sorted(root.glob("stage_*/data/*.parquet")) or sorted(root.glob("data/*.parquet"))
+    if not files and card.get("final_set"):
+        files = sorted((Path(card["final_set"]["folder"]) / "kept").glob("*.parquet"))
+    if not files:
+        return []
+    feats = []
+    for f in pq.read_schema(files[0]):
+        feats.append({"name": f.name, **_feature_type(f.type)})
+    return feats
+
+
+def _feature_type(t) -> dict:
+    import pyarrow as pa
+
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        inner = _feature_type(t.value_type)
+        return {"list": inner.get("dtype", inner)}
+    if pa.types.is_struct(t):
+        return {"struct": [{"name": f.name, **_feature_type(f.type)} for f in t]}
+    names = {pa.string(): "string", pa.large_string(): "string", pa.int32(): "int32", pa.int64(): "int64",
+             pa.float32(): "float32", pa.float64(): "float64", pa.bool_(): "bool"}
+    return {"dtype": names.get(t, str(t))}
+
+
+def _table(headers: list[str], rows: list[list[Any]]) -> str:
+    out = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    out += ["| " + " | ".join(_cell(c) for c in r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def _cell(v: Any) -> str:
+    if isinstance(v, int):
+        return f"{v:,}"
+    return str(v).replace("|", "\\|").replace("\n", " ")
+
+
+def render_body(card: dict, plots: list[str]) -> str:
+    """The Markdown body: every number comes from ``card``."""
+    p = []
+    name = card["name"]
+    rows = card.get("curriculum", {}).get("rows") or card.get("final_set", {}).get("rows")
+    p.append(f"# {name}\n")
+    p.append(f"Built by gradus from the manifests of `{card['folder']}` on {card['built']}; every figure below "
+             f"comes from recorded stage outputs (see `card.json`).{f' Rows: **{rows:,}**.' if rows else ''}\n")
+    if card.get("curriculum"):
+        c = card["curriculum"]
+        p.append("## Use it\n")
+        p.append(f"Format `{c['format']}`, prompts rendered with the `{c['template']}` template. "
+                 "Load every stage with `datasets.load_dataset(\"parquet\", data_files=...)` from the `configs` above, "
+                 "or train with `gradus train` (`data: [\"<this folder>\"]`).\n")
+    if card.get("sources"):
+        p.append("## Sources\n")
+        p.append(_table(["source", "rows in", "after ingest", "in the clean set", "license"],
+                        [[s, v["in"], v["after_ingest"], v["final"], v["license"]] for s, v in card["sources"].items()]))
+        p.append("")
+    if card.get("waterfall"):
+        p.append("## Filter waterfall\n")
+        p.append("Rows removed by each stage, in pipeline order; every removed row is kept in that stage's `rejected/` "
+                 "shards with its reason. In = out + removed holds at every step.\n")
+        rows_ = []
+        for s in card["waterfall"]:
+            rows_.append([f"**{s['stage']}**", s["rows_in"], "", s["rows_out"]])
+            for r, n in sorted(s["removed"].items(), key=lambda kv: -kv[1]):
+                rows_.append(["", "", f"{r}: {n:,}", ""])
+        p.append(_table(["stage", "rows in", "removed", "rows out"], rows_))
+        p.append("")
+        ex = [(s["stage"], r, e) for s in card["waterfall"] for r, es in s["examples"].items() for e in es]
+        if ex:
+            p.append("<details><summary>Two examples of each reason</summary>\n")
+            p.append(_table(["stage", "reason", "source", "problem (start)", "gold", "detail"],
+                            [[st, r, e["source"], e["problem"][:160], e["answer"], e["detail"] or ""] for st, r, e in ex]))
+            p.append("\n</details>\n")
+    if card.get("duplicates"):
+        d = card["duplicates"]
+        p.append("## Duplicates\n")
+        p.append(f"{d['exact']:,} exact and {d['near']:,} near duplicates removed, in {d['clusters']:,} clusters "
+                 f"(cluster sizes: {d['cluster_sizes'] or 'none'}). The copy kept came from: "
+                 f"{d['kept_copy_from_source'] or 'none'}.\n")
+    if card.get("contamination"):
+        c = card["contamination"]
+        p.append("## Contamination\n")
+        p.append(f"Checked against {', '.join(f'{b} ({n} items)' for b, n in c['benchmark_items'].items())} "
+                 f"with {c['rule']['ngram']}-grams. Removed per benchmark: {c['by_benchmark'] or 'none'}; by kind of "
+                 f"match: {c['by_kind'] or 'none'}.\n")
+        if c["matches"]:
+            p.append(_table(["row id", "source", "benchmark", "benchmark item", "match"],
+                            [[m["id"], m["source"], m["benchmark"], m["benchmark_item"], m["match"]] for m in c["matches"][:30]]))
+            p.append("")
+    if card.get("final_set"):
+        f = card["final_set"]
+        p.append("## The clean set\n")
+        p.append(f"{f['rows']:,} rows. Answer types: {f['answer_types']}. Declared levels: {f['declared_levels'] or 'none'}.\n")
+    if card.get("difficulty"):
+        d = card["difficulty"]
+        p.append("## Difficulty\n")
+        p.append(f"{d['rows']:,} problems{' (a sample: the first ' + str(d['limit']) + ' rows)' if d.get('limit') else ''}, "
+                 f"k = {d['k']} samples each from `{d['model']}` (revision `{d['model_revision']}`, {d['backend']}), "
+                 f"template `{d['template']}`, T = {d['temperature']}, top_p = {d['top_p']}, max_tokens = "
+                 f"{d['max_tokens']}, seed {d['seed']}; graded by `{d['grader_version']}`.\n")
+        p.append(_table(["correct of k", *d["histogram"].keys()], [["problems", *d["histogram"].values()]]))
+        p.append("")
+        p.append(f"Never solved: {d['never_solved']:,}; always solved: {d['always_solved']:,}. Sample outcomes: "
+                 f"{d['sample_outcomes']}; truncation rate {d['truncation_rate']}; mean response "
+                 f"{d['mean_response_tokens']} tokens; rows with ungraded samples (timeouts count as failures): "
+                 f"{d['incompletely_graded_rows']}.\n")
+        if d["by_level"]:
+            p.append(_table(["declared level", "problems", "mean pass rate"],
+                            [[lv, v["rows"], v["mean_pass_rate"]] for lv, v in d["by_level"].items()]))
+            p.append(f"\nSpearman's rho between pass rate and declared level: {d['spearman_rho_pass_rate_vs_level']} "
+                     f"({d['rho_pairs']} problems).\n")
+    if card.get("curriculum"):
+        c = card["curriculum"]
+        p.append("## Selection and curriculum\n")
+        p.append(f"Target: {c['target']}.\n")
+        p.append(_table(["bucket", "available", "asked", "taken", "short"],
+                        [[b, v["available"], v["asked"], v["taken"], v["short"]] for b, v in c["by_bucket"].items()]))
+        p.append(f"\nLeft out: {c['excluded'] or 'nothing'}; asked but unfilled: {c['unfilled']}. Stages: "
+                 + ", ".join(f"{s['folder']} ({s['rows']} rows, mean pass rate {s['pass_rate_mean']})" for s in c["stages"])
+                 + ".\n")
+    if plots:
+        p.append("## Plots\n")
+        p += [f"![{Path(x).stem}]({x})\n" for x in plots]
+    p.append("## Provenance\n")
+    p.append(_table(["stage", "folder", "created", "gradus", "config", "inputs"],
+                    [[s["stage"], s["folder"], s["created"], s["code_version"], s["config_hash"], s["input_hash"]]
+                     for s in card["provenance"]]))
+    p.append("\nConfigs, input fingerprints and the sha256 of every shard are in `card.json` and each stage's manifest.\n")
+    return "\n".join(p)
+
+
+def write_card(folder: str | Path, out: str | Path | None = None) -> Path:
+    """Build the card of ``folder`` and write README.md, card.json and plots/ into ``out`` (default: ``folder``)."""
+    from huggingface_hub import DatasetCard
+
+    folder = Path(folder)
+    out = Path(out) if out is not None else folder
+    card = build_card(folder)
+    plots = make_plots(card, out / PLOTS)
+    data = _card_data(card, folder)
+    text = f"---\n{data.to_yaml()}\n---\n\n{render_body(card, plots)}"
+    DatasetCard(text)  # parses the header we wrote: a malformed card fails here, not on the Hub
+    write_json_atomic(out / CARD_JSON, card)
+    tmp = out / (README + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(out / README)
+    return out / README
+
+
+def load_card(folder: str | Path) -> dict:
+    """``card.json`` of a folder, built on the fly when there is none."""
+    f = Path(folder) / CARD_JSON
+    if f.is_file():
+        return json.loads(f.read_text())
+    return build_card(folder)
+
+
+# ------------------------------------------------------------------------------------------ terminal
+def show_text(card: dict) -> str:
+    """The card for a terminal: the waterfall, sources, contamination, difficulty histogram as bars."""
+    lines = [f"{card['name']}  ({card['folder']})"]
+    for s in card.get("waterfall", []):
+        removed = ", ".join(f"{r} {n:,}" for r, n in sorted(s["removed"].items(), key=lambda kv: -kv[1])) or "nothing"
+        lines.append(f"  {s['stage']:<9} {s['rows_in']:>9,} -> {s['rows_out']:>9,}   removed: {removed}")
+    for src, v in card.get("sources", {}).items():
+        lines.append(f"  source {src}: {v['in']:,} in, {v['final']:,} in the clean set ({v['license']})")
+    if card.get("duplicates"):
+        d = card["duplicates"]
+        lines.append(f"  duplicates: {d['exact']:,} exact, {d['near']:,} near, {d['clusters']:,} clusters")
+    if card.get("contamination"):
+        lines.append(f"  contamination: {card['contamination']['by_benchmark'] or 'none found'}")
+    if card.get("difficulty"):
+        d = card["difficulty"]
+        lines.append(f"  difficulty: {d['rows']} problems, k={d['k']}, {d['model']}, T={d['temperature']}; "
+                     f"rho vs level {d['spearman_rho_pass_rate_vs_level']}")
+        top = max(d["histogram"].values()) or 1
+        for k, n in d["histogram"].items():
+            lines.append(f"    {k:>3} correct | {'#' * round(30 * n / top):<30} {n}")
+    if card.get("curriculum"):
+        c = card["curriculum"]
+        lines.append(f"  export: {c['rows']} rows ({c['target']}); "
+                     + ", ".join(f"{b} {v['taken']}/{v['asked']}" for b, v in c["by_bucket"].items()))
+    return "\n".join(lines)
+
+
+def diff_cards(old: str | Path, new: str | Path) -> dict:
+    """What changed from the run ``old`` to ``new``: rows per source, reasons per stage, contamination, the
+    difficulty histogram, and the rows added and removed (by id). Figures that did not change are left out."""
+    a, b = load_card(old), load_card(new)
+    out: dict[str, Any] = {"old": str(old), "new": str(new)}
+
+    def changed(x: dict, y: dict) -> dict:
+        keys = sorted(set(x) | set(y), key=str)
+        return {k: [x.get(k, 0), y.get(k, 0)] for k in keys if x.get(k, 0) != y.get(k, 0)}
+
+    src = {s: changed({k: v for k, v in a.get("sources", {}).get(s, {}).items() if isinstance(v, int)},
+                      {k: v for k, v in b.get("sources", {}).get(s, {}).items() if isinstance(v, int)})
+           for s in sorted(set(a.get("sources", {})) | set(b.get("sources", {})))}
+    out["sources"] = {s: v for s, v in src.items() if v}
+    wa = {s["stage"]: s for s in a.get("waterfall", [])}
+    wb = {s["stage"]: s for s in b.get("waterfall", [])}
+    stages = {}
+    for st in sorted(set(wa) | set(wb), key=str):
+        x, y = wa.get(st, {}), wb.get(st, {})
+        d = changed({"rows_in": x.get("rows_in", 0), "rows_out": x.get("rows_out", 0), **x.get("removed", {})},
+                    {"rows_in": y.get("rows_in", 0), "rows_out": y.get("rows_out", 0), **y.get("removed", {})})
+        if d:
+            stages[st] = d
+    out["stages"] = stages
+    out["contamination"] = changed(a.get("contamination", {}).get("by_benchmark", {}),
+                                   b.get("contamination", {}).get("by_benchmark", {}))
+    out["difficulty_histogram"] = changed(a.get("difficulty", {}).get("histogram", {}),
+                                          b.get("difficulty", {}).get("histogram", {}))
+    try:
+        ia, ib = final_ids(old), final_ids(new)
+        out["rows_added"], out["rows_removed"] = len(ib - ia), len(ia - ib)
+    except (ManifestError, FileNotFoundError):
+        out["rows_added"] = out["rows_removed"] = None
+    return {k: v for k, v in out.items() if v not in ({}, None) or k in ("old", "new")}
+
+
+def diff_text(d: dict) -> str:
+    lines = [f"{d['old']} -> {d['new']}"]
+    for s, v in d.get("sources", {}).items():
+        lines.append(f"  source {s}: " + ", ".join(f"{k} {x:,} -> {y:,}" for k, (x, y) in v.items()))
+    for st, v in d.get("stages", {}).items():
+        lines.append(f"  {st}: " + ", ".join(f"{k} {x:,} -> {y:,}" for k, (x, y) in v.items()))
+    if d.get("contamination"):
+        lines.append("  contamination: " + ", ".join(f"{k} {x} -> {y}" for k, (x, y) in d["contamination"].items()))
+    if d.get("difficulty_histogram"):
+        lines.append("  pass counts: " + ", ".join(f"{k} correct {x} -> {y}" for k, (x, y) in d["difficulty_histogram"].items()))
+    if d.get("rows_added") is not None:
+        lines.append(f"  rows added {d['rows_added']:,}, removed {d['rows_removed']:,}")
+    if len(lines) == 1:
+        lines.append("  no change")
+    return "\n".join(lines)
+
+
+__all__ = ["build_card", "diff_cards", "diff_text", "load_card", "make_plots", "show_text", "stage_outputs", "write_card"]
