@@ -39,7 +39,7 @@ def make_plots(card: dict, out: Path) -> list[str]:
     wf = card.get("waterfall", [])
     if wf:
         fig, ax = plt.subplots(figsize=(8, 0.6 + 0.45 * (len(wf) + 1)))
-        labels = [f"{s['stage']} in" for s in wf[:1]] + [f"after {s['stage']}" for s in wf]
+        labels = ["rows read"] + [f"after {s['stage']}" for s in wf]
         values = [wf[0]["rows_in"]] + [s["rows_out"] for s in wf]
         ax.barh(labels[::-1], values[::-1], color="#4c72b0")
         for y, v in enumerate(values[::-1]):
