@@ -26,7 +26,7 @@ from curate.clean.text import content_ids, repair_escapes
 from curate.core.config import ConfigError, check_keys, from_dict, load_file
 from curate.core.errors import SourceError
 from curate.core.manifest import Manifest
-from curate.core.runner import StageRun, file_fingerprint, input_entries, reject_table, run_stage
+from curate.core.runner import StageError, StageRun, file_fingerprint, input_entries, reject_table, run_stage
 from curate.core.schema import SCHEMA, conform
 from curate.core.shards import count_rows, iter_batches, stage_dir, write_json_atomic
 from curate.sources.adapters import ADAPTERS, apply_adapter, detect_adapter, mapped_adapter, parse_mapping
@@ -235,7 +235,8 @@ def dedup_stage(inputs: list[Path], out: Path, cfg: DedupConfig | None = None, f
                 reasons = np.where(k[dup] == 1, "dedup_exact", "dedup_near").tolist()
                 details = [f"kept {x}" for x in all_ids[r[dup]]]
                 run.emit(t.filter(pa.array(~dup)), reject_table(rej, "dedup", reasons, details) if rej.num_rows else None)
-        assert start == n
+        if start != n:
+            raise StageError(f"dedup: the second pass read {start} rows, the first {n}: the input changed during the run")
 
     return run_stage("dedup", out, input_entries(inputs), asdict(cfg), body, force=force, input_folders=inputs)
 

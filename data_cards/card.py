@@ -30,7 +30,8 @@ from curate.core.shards import iter_batches, shard_paths
 CARD_VERSION = 1
 EXAMPLES_PER_REASON = 2
 MAX_MATCHES = 200  # contamination pairs listed in card.json (all are counted)
-# Licenses we are sure of, by adapter/source name; anything else is "unknown: check the source".
+# Licenses of the public sets each adapter reads, by source name (the adapter's default name): what the card shows,
+# marked as such; anything else (or a source renamed with --name) is "unknown: check the source".
 KNOWN_LICENSES = {"math": "mit", "math500": "mit", "deepscaler": "mit", "orz": "mit", "orz_eval": "mit",
                   "omni_math": "apache-2.0", "deepmath": "mit", "numina_1.5": "apache-2.0", "numina_cot": "apache-2.0",
                   "synthetic": "apache-2.0"}
@@ -238,12 +239,14 @@ def build_card(folder: str | Path) -> dict:
     sources: dict[str, dict] = {}
     for _, m in ingests:
         for src, c in m.by_source.items():
-            sources.setdefault(src, {"in": 0, "after_ingest": 0, "final": 0, "origin": [e.get("source") for e in m.inputs]})
+            v = sources.setdefault(src, {"in": 0, "after_ingest": 0, "final": 0, "origin": []})
+            v["origin"] += [e.get("source") for e in m.inputs]
             sources[src]["in"] += c.get("in", 0)
             sources[src]["after_ingest"] += c.get("kept", 0)
-    if last_clean is not None:
-        for src, c in last_clean[1].by_source.items():
-            sources.setdefault(src, {"in": 0, "after_ingest": 0, "final": 0, "origin": []})["final"] = c.get("kept", 0)
+    finals = ingests if last_clean is not None and last_clean[1].stage == "ingest" else [last_clean] if last_clean else []
+    for _, m in finals:  # a run of ingests alone: each source's final count is its own ingest's
+        for src, c in m.by_source.items():
+            sources.setdefault(src, {"in": 0, "after_ingest": 0, "final": 0, "origin": []})["final"] += c.get("kept", 0)
     for src, v in sources.items():
         v["license"] = KNOWN_LICENSES.get(src, "unknown: check the source")
     card["sources"] = sources
@@ -260,7 +263,7 @@ def build_card(folder: str | Path) -> dict:
             card["difficulty"] = _difficulty(p, m)
         elif m.stage == "export":
             card["curriculum"] = _curriculum(p, m)
-    if last_clean is not None:
+    if last_clean is not None and last_clean[1].stage != "ingest":
         card["final_set"] = {"folder": str(last_clean[0]), "rows": last_clean[1].rows_kept, **_final_set(last_clean[0])}
     card["provenance"] = [{"stage": m.stage, "folder": str(p), "created": m.created, "code_version": m.code_version,
                            "config": m.config, "config_hash": m.config_hash, "input_hash": m.input_hash,

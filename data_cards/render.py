@@ -145,30 +145,28 @@ def _card_data(card: dict, folder: Path):
 
 
 def _rel(target: Path, folder: Path) -> str:
-    """``target`` relative to the card's folder, as a prefix ending in ``/`` ("" for the folder itself)."""
+    """``target`` relative to the card's folder, as a prefix ending in ``/`` ("" for the folder itself); a card
+    written elsewhere (``--out``) points back with ``../`` (fine locally; the Hub wants the card beside its data)."""
+    import os
+
     t, f = target.resolve(), folder.resolve()
     if t == f:
         return ""
-    if f in t.parents:
-        return t.relative_to(f).as_posix() + "/"
-    raise ManifestError(f"{target} is outside {folder}: write the card beside its data")
+    return Path(os.path.relpath(t, f)).as_posix() + "/"
 
 
 def _features(card: dict, folder: Path) -> list[dict]:
     """``dataset_info.features`` from the schema of the first data file the configs point at."""
     import pyarrow.parquet as pq
 
-    cur = card.get("curriculum")
-    root = Path(cur["folder"]) if cur else folder
-    files = sorted(root.glob("stage_*/data/*.parquet")) or sorted(root.glob("data/*.parquet"))
-    if not files and card.get("final_set"):
-        files = sorted((Path(card["final_set"]["folder"]) / "kept").glob("*.parquet"))
+    if card.get("curriculum"):  # every export format holds the same columns
+        from curate.select.export import EXPORT_SCHEMA
+
+        return [{"name": f.name, **_feature_type(f.type)} for f in EXPORT_SCHEMA]
+    files = sorted((Path(card["final_set"]["folder"]) / "kept").glob("*.parquet")) if card.get("final_set") else []
     if not files:
         return []
-    feats = []
-    for f in pq.read_schema(files[0]):
-        feats.append({"name": f.name, **_feature_type(f.type)})
-    return feats
+    return [{"name": f.name, **_feature_type(f.type)} for f in pq.read_schema(files[0])]
 
 
 def _feature_type(t) -> dict:
@@ -207,9 +205,11 @@ def render_body(card: dict, plots: list[str]) -> str:
     if card.get("curriculum"):
         c = card["curriculum"]
         p.append("## Use it\n")
+        loader = {"parquet": "parquet", "jsonl": "json", "hf": "arrow"}[c["format"] or "parquet"]
         p.append(f"Format `{c['format']}`, prompts rendered with the `{c['template']}` template. "
-                 "Load every stage with `datasets.load_dataset(\"parquet\", data_files=...)` from the `configs` above, "
-                 "or train with `gradus train` (`data: [\"<this folder>\"]`).\n")
+                 f"Load it with `datasets.load_dataset(\"{loader}\", data_files=...)` using the `configs` above"
+                 + (", or train with `gradus train` (`data: [\"<this folder>\"]`)" if c["format"] == "parquet" else "")
+                 + ".\n")
     if card.get("sources"):
         p.append("## Sources\n")
         p.append(_table(["source", "rows in", "after ingest", "in the clean set", "license"],
@@ -296,9 +296,10 @@ def write_card(folder: str | Path, out: str | Path | None = None) -> Path:
 
     folder = Path(folder)
     out = Path(out) if out is not None else folder
+    _check_target(out)
     card = build_card(folder)
     plots = make_plots(card, out / PLOTS)
-    data = _card_data(card, folder)
+    data = _card_data(card, out)
     text = f"---\n{data.to_yaml()}\n---\n\n{render_body(card, plots)}"
     DatasetCard(text)  # parses the header we wrote: a malformed card fails here, not on the Hub
     write_json_atomic(out / CARD_JSON, card)
@@ -308,12 +309,30 @@ def write_card(folder: str | Path, out: str | Path | None = None) -> Path:
     return out / README
 
 
+def _check_target(out: Path) -> None:
+    """Never overwrite a README.md or plots/ that is not a gradus card's (``card.json`` beside it says it is)."""
+    if (out / CARD_JSON).is_file():
+        try:
+            if json.loads((out / CARD_JSON).read_text()).get("card_version") is not None:
+                return
+        except (json.JSONDecodeError, AttributeError):
+            pass
+    mine = [n for n in (README, PLOTS) if (out / n).exists()]
+    if mine:
+        raise ManifestError(f"{out} already holds {', '.join(mine)} that gradus did not write: build the card "
+                            "elsewhere (--out)")
+
+
 def load_card(folder: str | Path) -> dict:
-    """``card.json`` of a folder, built on the fly when there is none."""
+    """The card of a folder, built fresh from its manifests (a saved ``card.json`` can predate later stages);
+    a folder that holds only a card (no stage outputs) gives its ``card.json``."""
     f = Path(folder) / CARD_JSON
-    if f.is_file():
-        return json.loads(f.read_text())
-    return build_card(folder)
+    try:
+        return build_card(folder)
+    except ManifestError:
+        if f.is_file():
+            return json.loads(f.read_text())
+        raise
 
 
 # ------------------------------------------------------------------------------------------ terminal
@@ -372,6 +391,14 @@ def diff_cards(old: str | Path, new: str | Path) -> dict:
                                    b.get("contamination", {}).get("by_benchmark", {}))
     out["difficulty_histogram"] = changed(a.get("difficulty", {}).get("histogram", {}),
                                           b.get("difficulty", {}).get("histogram", {}))
+    da, db = a.get("difficulty", {}), b.get("difficulty", {})
+    out["difficulty"] = {k: [da.get(k), db.get(k)] for k in ("model", "model_revision", "template", "k", "temperature",
+                                                              "max_tokens", "spearman_rho_pass_rate_vs_level")
+                         if da.get(k) != db.get(k)}
+    ca, cb = a.get("curriculum", {}), b.get("curriculum", {})
+    out["export"] = {k: [ca.get(k), cb.get(k)] for k in ("format", "template", "target", "rows") if ca.get(k) != cb.get(k)}
+    out["export_buckets"] = changed({k: v["taken"] for k, v in ca.get("by_bucket", {}).items()},
+                                    {k: v["taken"] for k, v in cb.get("by_bucket", {}).items()})
     try:
         ia, ib = final_ids(old), final_ids(new)
         out["rows_added"], out["rows_removed"] = len(ib - ia), len(ia - ib)
@@ -390,6 +417,11 @@ def diff_text(d: dict) -> str:
         lines.append("  contamination: " + ", ".join(f"{k} {x} -> {y}" for k, (x, y) in d["contamination"].items()))
     if d.get("difficulty_histogram"):
         lines.append("  pass counts: " + ", ".join(f"{k} correct {x} -> {y}" for k, (x, y) in d["difficulty_histogram"].items()))
+    for key in ("difficulty", "export"):
+        if d.get(key):
+            lines.append(f"  {key}: " + ", ".join(f"{k} {x} -> {y}" for k, (x, y) in d[key].items()))
+    if d.get("export_buckets"):
+        lines.append("  export rows by bucket: " + ", ".join(f"{k} {x} -> {y}" for k, (x, y) in d["export_buckets"].items()))
     if d.get("rows_added") is not None:
         lines.append(f"  rows added {d['rows_added']:,}, removed {d['rows_removed']:,}")
     if len(lines) == 1:

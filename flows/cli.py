@@ -482,13 +482,13 @@ def main(argv: list[str] | None = None) -> int:
         _quiet_engines()
     try:
         args.fn(args)
-    except (FileNotFoundError, ValueError, GradusError) as e:  # bad input or an unusable model/engine: one line
-        print(f"gradus {args.cmd}: error: {e}", file=sys.stderr)
-        return 2
     except BrokenPipeError:  # piped into head: the reader has what it wanted
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 0
+    except (OSError, ValueError, GradusError) as e:  # bad input, an unusable model/engine, a file system refusal
+        print(f"gradus {args.cmd}: error: {e}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -184,11 +184,13 @@ class TrainConfig:
     @classmethod
     def load(cls, path: Path, **overrides) -> TrainConfig:
         """From a JSON/TOML file (names and types checked, paths relative to the file), then ``overrides``."""
+        from dataclasses import asdict
+
         from curate.core.config import from_dict, load_file
 
-        raw = load_file(path)
-        raw.update({k: v for k, v in overrides.items() if v is not None})
-        return from_dict(cls, raw, where=str(path), base_dir=Path(path).resolve().parent)
+        from_file = from_dict(cls, load_file(path), where=str(path), base_dir=Path(path).resolve().parent)
+        given = {k: v for k, v in overrides.items() if v is not None}  # command-line paths: relative to the cwd
+        return from_dict(cls, {**asdict(from_file), **given}, where="options") if given else from_file
 
     def resolved(self) -> dict[str, Any]:
         """The algorithm settings after applying the preset, as a dict."""

@@ -69,3 +69,25 @@ def test_cli_options_come_from_the_config_fields():
     assert "Kimi k1.5 uses ten" in field_help(type(EstimateConfig().sampling))["k"]
     with pytest.raises(SystemExit):
         p.parse_args(["export", "x", "--out", "y", "--total", "many"])
+
+
+def test_names_are_not_rebased_as_paths(tmp_path):
+    from curate.core.config import _rebase
+
+    (tmp_path / "evals.jsonl").write_text("{}\n")
+    assert _rebase("aime24", tmp_path) == "aime24"
+    assert _rebase("gsm8k", tmp_path) == "gsm8k" and _rebase("owner/name", tmp_path) == "owner/name"
+    assert _rebase("mine=evals.jsonl", tmp_path) == f"mine={tmp_path / 'evals.jsonl'}"
+    assert _rebase("./later.jsonl", tmp_path) == str(tmp_path / "later.jsonl")
+    assert _rebase("synthetic:n=5", tmp_path) == "synthetic:n=5"
+
+
+def test_train_overrides_on_the_command_line_are_relative_to_the_cwd(tmp_path):
+    from rl_stage.trainer import TrainConfig
+
+    (tmp_path / "cfg").mkdir()
+    (tmp_path / "cfg" / "exp").mkdir()
+    p = tmp_path / "cfg" / "t.json"
+    p.write_text(json.dumps({"data": ["exp"], "steps": 3}))
+    assert TrainConfig.load(p).data == [str(tmp_path / "cfg" / "exp")]
+    assert TrainConfig.load(p, data=["runs/x"], steps=None).data == ["runs/x"]

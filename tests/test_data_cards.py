@@ -161,3 +161,16 @@ def test_spearman_by_hand():
     # ties take their mean rank: x ranks 1, 2.5, 2.5, 4; y ranks 1, 2, 3, 4 -> rho = 0.9487
     assert spearman([1, 2, 2, 3], [1, 2, 3, 4]) == pytest.approx(0.9487, abs=1e-4)
     assert spearman([1, 1, 1], [1, 2, 3]) is None
+
+
+def test_a_readme_gradus_did_not_write_is_never_overwritten(run, tmp_path):
+    (tmp_path / "README.md").write_text("my project")
+    with pytest.raises(Exception, match="gradus did not write"):
+        write_card(run, tmp_path)
+    assert (tmp_path / "README.md").read_text() == "my project"
+    out = write_card(run, tmp_path / "elsewhere")  # a card written elsewhere points back at the data
+    from huggingface_hub import DatasetCard
+
+    for c in DatasetCard.load(out).data.to_dict()["configs"]:
+        for f in c["data_files"]:
+            assert list((tmp_path / "elsewhere").glob(f["path"])), f["path"]

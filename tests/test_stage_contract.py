@@ -190,3 +190,69 @@ def test_estimate_output_is_a_manifest_like_every_other(tmp_path):
     assert m.stats["pass_count_histogram"] == {"0": 2, "1": 2, "2": 2, "3": 2}
     assert m.by_source == {"generic": {"in": 8, "kept": 8}}
     assert pa.concat_tables(pq.read_table(p) for p in sorted((d / "kept").glob("*.parquet"))).num_rows == 8
+
+
+def test_a_stray_manifest_or_a_user_file_inside_owned_folders_is_not_gradus(tmp_path, src):
+    ingest(str(src), tmp_path / "ing")
+    fake = tmp_path / "fake"
+    (fake / "data").mkdir(parents=True)
+    (fake / "manifest.json").write_text("{}")
+    (fake / "data" / "important.parquet").write_text("x")
+    with pytest.raises(StageError, match="gradus did not write"):
+        filter_stage([tmp_path / "ing"], fake)
+    scored = _scored(tmp_path)
+    with pytest.raises(StageError, match="gradus did not write"):
+        export([scored], fake, ExportConfig())
+    assert (fake / "data" / "important.parquet").exists()
+    m = filter_stage([tmp_path / "ing"], tmp_path / "f")
+    (tmp_path / "f" / "kept" / "notes.txt").write_text("mine")
+    with pytest.raises(StageError, match="kept"):
+        filter_stage([tmp_path / "ing"], tmp_path / "f", force=True)
+    assert (tmp_path / "f" / "kept" / "notes.txt").exists() and m.rows_kept == 30
+    export([scored], tmp_path / "e", ExportConfig(curriculum=True))
+    (tmp_path / "e" / "stage_notes.txt").write_text("mine")
+    with pytest.raises(StageError, match="stage_notes.txt"):
+        export([scored], tmp_path / "e", ExportConfig(curriculum=True), force=True)
+
+
+def test_export_with_other_settings_is_refused_without_force(tmp_path):
+    scored = _scored(tmp_path)
+    export([scored], tmp_path / "e", ExportConfig(total=4))
+    with pytest.raises(StageError, match="made with other settings"):
+        export([scored], tmp_path / "e", ExportConfig(total=2))
+    assert Manifest.load(tmp_path / "e").rows_kept == 4
+    assert export([scored], tmp_path / "e", ExportConfig(total=2), force=True).rows_kept == 2
+
+
+def test_a_model_changed_in_place_is_a_new_estimate(tmp_path):
+    from dataclasses import replace
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    (model / "model.safetensors").write_bytes(b"weights-1")
+    rows = [{"problem": f"Compute q{i} = {i}", "answer": str(i)} for i in range(4)]
+    (tmp_path / "s.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    ingest(str(tmp_path / "s.jsonl"), tmp_path / "ing", adapter="generic")
+    cfg = EstimateConfig(template="none", sampling=SamplingConfig(k=3, max_tokens=8), store=None)
+    sampler = _Scripted(cfg.sampling)
+    sampler.model_path = str(model)
+    m = estimate([tmp_path / "ing"], tmp_path / "est", cfg, sampler=sampler, progress=False)
+    assert m.stats["model_revision"].startswith("sha256:") and m.stats["model"] == "scripted"
+    assert estimate([tmp_path / "ing"], tmp_path / "est", cfg, sampler=sampler, progress=False).skipped
+    (model / "model.safetensors").write_bytes(b"weights-2")  # the checkpoint overwritten in place
+    with pytest.raises(StageError, match="made with other settings"):
+        estimate([tmp_path / "ing"], tmp_path / "est", cfg, sampler=sampler, progress=False)
+    again = estimate([tmp_path / "ing"], tmp_path / "est", replace(cfg), sampler=sampler, force=True, progress=False)
+    assert again.stats["model_revision"] != m.stats["model_revision"]
+
+
+def test_a_finished_estimate_whose_part_was_changed_is_scored_again_not_resumed(tmp_path):
+    d = _scored(tmp_path)
+    part = sorted((d / "kept").glob("*.parquet"))[0]
+    good = part.read_bytes()
+    part.write_bytes(good[:-16] + b"\0" * 16)
+    cfg = EstimateConfig(template="none", sampling=SamplingConfig(k=3, max_tokens=8), store=None, model_revision="r")
+    m = estimate([tmp_path / "est_ing"], d, cfg, sampler=_Scripted(cfg.sampling), progress=False)
+    assert not m.skipped and m.stats["this_run"]["chunks_already_done"] == 0
+    assert part.read_bytes() == good

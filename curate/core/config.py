@@ -152,17 +152,19 @@ def from_dict(cls, data: dict, where: str = "config", base_dir: Path | None = No
 
 
 def _rebase(v: str, base: Path) -> str:
-    """A relative local path in a config file means relative to that file; hub ids and NAME=PATH kept right."""
-    if v.startswith(("synthetic", "hf:")):
+    """A relative local path in a config file means relative to that file. Only what names a file there (or
+    starts with ./ or ../) is rebased: hub ids (``owner/name``, ``gsm8k``), known benchmark names (``aime24``)
+    and generator specs (``synthetic:...``) are names, not paths. ``NAME=PATH`` rebases its PATH."""
+    if v == "synthetic" or v.startswith(("synthetic:", "hf:")):
         return v
     name, eq, rest = v.partition("=")
     if eq and "/" not in name:
         return f"{name}={_rebase(rest, base)}"
     p = Path(v).expanduser()
     if p.is_absolute():
-        return v
+        return str(p)
     cand = base / p
-    return str(cand) if cand.exists() or v.startswith(".") or v.count("/") != 1 else v
+    return str(cand) if cand.exists() or v.startswith(("./", "../")) else str(p)
 
 
 @cache
@@ -219,7 +221,7 @@ def add_options(parser: argparse.ArgumentParser, cls, skip=(), aliases: dict[str
         base = _base_type(tp)
         if base is bool:
             kw["action"] = argparse.BooleanOptionalAction
-            kw["help"] = f"{h} (default: {'on' if default else 'off'})".strip()
+            kw["help"] = f"{h} (default: {'see above' if default is None else 'on' if default else 'off'})".strip()
         elif typing.get_origin(base) in (tuple, list):
             item = typing.get_args(base)[0] if typing.get_args(base) else str
             kw.update(action="append", type=item if item in (int, float) else str, metavar=f.name.upper())

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 import shutil
 import time
 from collections import Counter, defaultdict
@@ -142,9 +143,34 @@ _OWN = {
 }
 
 
-def _owned(kind: str, name: str) -> bool:
+_STAGE_PART = re.compile(r"stage_\d+_[A-Za-z0-9_.-]+$")
+# what may lie inside the folders a stage owns (anything else is a user's file, and stops the run)
+_INSIDE = {"kept": (".parquet", ".tmp"), "rejected": (".parquet", ".tmp"), "responses": (".parquet", ".tmp"),
+           "plots": (".png",), "data": (".parquet", ".jsonl", ".arrow", ".json", ".tmp")}
+
+
+def _owned(kind: str, name: str, path: Path | None = None) -> bool:
     base = name[: -len(".tmp")] if name.endswith(".tmp") else name
-    return base in _OWN[kind] or (kind == "folder" and base.startswith("stage_"))
+    if kind == "folder" and _STAGE_PART.match(base):
+        return path is None or _only(path, ("part.json",), "data")
+    if base not in _OWN[kind]:
+        return False
+    if path is not None and path.is_dir():
+        return base in _INSIDE and all(f.is_file() and f.name.endswith(_INSIDE[base]) for f in path.iterdir())
+    return path is None or not path.is_dir()
+
+
+def _only(folder: Path, files: tuple[str, ...], sub: str) -> bool:
+    """``folder`` holds only ``files`` and a ``sub`` folder of data files (a curriculum stage of an export)."""
+    if folder.is_symlink() or not folder.is_dir():
+        return False
+    for e in folder.iterdir():
+        if e.name == sub and e.is_dir():
+            if not all(f.is_file() and f.name.endswith(_INSIDE[sub]) for f in e.iterdir()):
+                return False
+        elif e.name not in files and not e.name.endswith(".tmp"):
+            return False
+    return True
 
 
 def input_entries(folders: list[Path]) -> list[dict]:
@@ -206,53 +232,53 @@ class Runner:
                 "code_version": self.code_version}
 
     def check_output(self) -> None:
+        """Refuse, before touching anything, an output that would destroy data or overwrite other settings."""
         out = self.out.resolve()
         for p in self.input_folders:
             p = p.resolve()
+            stage_folder = p.parent if p.name == "kept" else p
             if out == p or out in p.parents:
                 raise StageError(f"--out {self.out} is or contains the input {p}: choose another output folder")
-            if p in out.parents:
-                raise StageError(f"--out {self.out} lies inside the input {p}: choose a folder outside it")
-        if self.out.exists() and not self.out.is_dir():
-            raise StageError(f"--out {self.out} is a file")
+            if stage_folder in out.parents or stage_folder == out:
+                raise StageError(f"--out {self.out} lies inside the input {stage_folder}: choose a folder outside it")
+        if self.out.is_symlink() or (self.out.exists() and not self.out.is_dir()):
+            raise StageError(f"--out {self.out} is a file or a link: give a folder")
         if not self.out.is_dir():
             return
         entries = sorted(e.name for e in self.out.iterdir())
         if not entries:
             return
-        ours = (self.out / MANIFEST).exists() or (self.out / MARKER).exists()
-        if not ours:
+        prev = self._read_own(MARKER) or self._read_own(MANIFEST)
+        if prev is None:
             raise StageError(f"--out {self.out} holds files gradus did not write ({', '.join(entries[:5])}"
                              f"{', ...' if len(entries) > 5 else ''}): choose an empty or new folder")
-        prev = self._previous_kind()
-        if prev is not None and prev != self.kind:
-            raise StageError(f"--out {self.out} holds a {prev} stage output, not {self.kind}: choose another folder")
-        foreign = [e for e in entries if not _owned(STAGE_KINDS[self.kind].output, e)]
+        if prev.get("stage") != self.kind:
+            raise StageError(f"--out {self.out} holds a {prev.get('stage')} stage output, not {self.kind}: choose another "
+                             "folder")
+        foreign = [e for e in entries if not _owned(STAGE_KINDS[self.kind].output, e, self.out / e)]
         if foreign:
             raise StageError(f"--out {self.out} also holds files gradus did not write ({', '.join(foreign[:5])}); "
                              "move them away or choose another folder")
+        same_version = prev.get("manifest_version", MANIFEST_VERSION) == MANIFEST_VERSION
+        if same_version and not self.force and prev.get("config_hash") != self.config_hash:
+            raise StageError(f"{self.out} holds a {self.kind} output made with other settings (config "
+                             f"{prev.get('config_hash')}, now {self.config_hash}); use another --out, or --force "
+                             "to replace it")
 
-    def _previous_identity(self) -> dict | None:
-        """Identity of what the folder holds: the marker (written first), else the manifest."""
-        for f in (self.out / MARKER, self.out / MANIFEST):
-            if f.exists():
-                try:
-                    d = json.loads(f.read_text())
-                except json.JSONDecodeError:
-                    return None
-                if f.name == MANIFEST and d.get("manifest_version", 1) != MANIFEST_VERSION:
-                    return None  # an older gradus's output: replaced, whatever its settings were
-                return {k: d.get(k) for k in ("stage", "input_hash", "config_hash", "code_version")}
-        return None
-
-    def _previous_kind(self) -> str | None:
-        for f in (self.out / MARKER, self.out / MANIFEST):
-            if f.exists():
-                try:
-                    return json.loads(f.read_text()).get("stage")
-                except json.JSONDecodeError:
-                    return None
-        return None
+    def _read_own(self, name: str) -> dict | None:
+        """The marker or manifest of this folder if it is one gradus wrote (a known stage kind), else None."""
+        f = self.out / name
+        if not f.is_file():
+            return None
+        try:
+            d = json.loads(f.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError, OSError):
+            return None
+        if not isinstance(d, dict) or d.get("stage") not in STAGE_KINDS:
+            return None
+        if name == MANIFEST and d.get("manifest_version", 1) != MANIFEST_VERSION:
+            d["manifest_version"] = d.get("manifest_version", 1)  # an older gradus's output: replaced whatever its settings
+        return d
 
     def previous(self) -> Manifest | None:
         """The complete output already there for this identity, or None (the stage must run)."""
@@ -291,31 +317,30 @@ class Runner:
 
     def resumable(self) -> bool:
         """Whether the folder holds an unfinished run of this same identity (``parts`` stages resume it)."""
-        f = self.out / MARKER
-        if self.force or not f.exists():
+        if self.force:
             return False
-        return json.loads(f.read_text()) == self._identity()
+        return self._read_own(MARKER) == self._identity()
 
     def begin(self, keep_parts: bool = False) -> None:
-        """Claim the folder: manifest first, then what the stage owns (unless resuming parts); write the marker."""
+        """Claim the folder: manifest first, then what the stage owns (unless resuming parts); write the marker.
+
+        Parts are kept only for an unfinished run of the same identity: a folder that holds a manifest (a finished
+        run whose shards no longer verify, or another identity) starts clean.
+        """
         from curate.core.shards import write_json_atomic
 
         self.check_output()
-        f = self.out / MARKER
-        prev = self._previous_identity()
-        if prev and not self.force and prev.get("config_hash") != self.config_hash:
-            raise StageError(f"{self.out} holds a {self.kind} output made with other settings (config "
-                             f"{prev.get('config_hash')}, now {self.config_hash}); use another --out, or --force "
-                             "to replace it")
+        finished = (self.out / MANIFEST).exists()
+        resume = keep_parts and not finished and self.resumable()
         (self.out / MANIFEST).unlink(missing_ok=True)
-        if not (keep_parts and self.resumable()):
+        if not resume:
             for e in list(self.out.iterdir()) if self.out.is_dir() else []:
-                if e.name != MARKER and _owned(STAGE_KINDS[self.kind].output, e.name):
-                    shutil.rmtree(e) if e.is_dir() else e.unlink()
+                if e.name != MARKER and _owned(STAGE_KINDS[self.kind].output, e.name, e):
+                    shutil.rmtree(e) if e.is_dir() and not e.is_symlink() else e.unlink()
         self.out.mkdir(parents=True, exist_ok=True)
         for tmp in self.out.glob("*/*.tmp"):
             tmp.unlink()
-        write_json_atomic(f, self._identity())
+        write_json_atomic(self.out / MARKER, self._identity())
 
     # ---- after the work ------------------------------------------------------------------------------
     def expected_rows_in(self) -> int | None:

@@ -330,8 +330,24 @@ class Estimator:
         run_cfg["scoring_rule"] = SCORING_RULE
         return run_cfg
 
+    def _resolve_model(self) -> None:
+        """The model's name and exact revision before anything else: they are part of the stage's identity, so a
+        checkpoint folder overwritten in place is a new estimate, never a skipped or resumed old one."""
+        from curate.difficulty.models import model_revision, resolve_model
+
+        cfg, info = self.cfg, self.info
+        if self._sampler is not None:
+            info.model, path = self._sampler.model_name, self._sampler.model_path
+        elif cfg.backend == "openai":
+            info.model, path = cfg.model or "default", None
+        else:
+            path, info.model = resolve_model(cfg.model)
+        info.revision = cfg.model_revision or (model_revision(path) if path else "unresolved")
+
     def run(self, force: bool = False) -> Manifest:
-        runner = Runner(STAGE, self.out, input_entries(self.inputs), self._config(), force, input_folders=self.inputs)
+        self._resolve_model()
+        config = {**self._config(), "model_name": self.info.model, "model_revision_resolved": self.info.revision}
+        runner = Runner(STAGE, self.out, input_entries(self.inputs), config, force, input_folders=self.inputs)
         done_before = runner.previous()
         if done_before is not None:
             return done_before
@@ -353,9 +369,8 @@ class Estimator:
         sampler = self._sampler or make_sampler(cfg.backend, cfg.model, s, base_url=cfg.base_url, **extra)
         self.sampler = sampler
         info = self.info
-        info.model, info.sampler = sampler.model_name, sampler.info()
-        info.revision = cfg.model_revision or _revision(sampler)
-        identity = store_identity(info.model, info.revision, cfg.template,
+        info.sampler = sampler.info()
+        identity = store_identity(info.model or sampler.model_name, info.revision or "unresolved", cfg.template,
                                   template_fingerprint(cfg.template, sampler.tokenizer), s, cfg.grader_timeout_s,
                                   base_url=cfg.base_url if cfg.backend == "openai" else None)
         info.param_key = param_key(identity)
@@ -613,12 +628,6 @@ class Estimator:
                                  expected_rows_in=expected)
         except StageError as e:
             raise EstimateError(str(e)) from e
-
-
-def _revision(sampler: Sampler) -> str:
-    from curate.difficulty.models import model_revision
-
-    return model_revision(sampler.model_path)
 
 
 def _progress_bar(total: int, enabled: bool):
