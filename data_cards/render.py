@@ -71,13 +71,16 @@ def make_plots(card: dict, out: Path) -> list[str]:
 
     src = card.get("sources", {})
     if src:
-        fig, ax = plt.subplots(figsize=(7, 0.6 + 0.45 * len(src)))
-        names = list(src)
-        ax.barh(names, [src[n]["in"] for n in names], color="#c4c4c4", label="in")
+        fig, ax = plt.subplots(figsize=(8.5, 1.1 + 0.45 * len(src)))
+        names = list(src)[::-1]
+        ax.barh(names, [src[n]["in"] for n in names], color="#c4c4c4", label="rows in")
         ax.barh(names, [src[n]["final"] for n in names], color="#4c72b0", label="in the clean set")
+        for y, n in enumerate(names):
+            ax.text(src[n]["in"], y, f" {src[n]['final']:,} / {src[n]['in']:,}", va="center", fontsize=8)
         ax.set_xlabel("rows")
-        ax.legend(loc="lower right", fontsize=8)
-        ax.set_title("Sources")
+        ax.set_xlim(0, max(src[n]["in"] for n in names) * 1.3 or 1)
+        ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=8, frameon=False)
+        ax.set_title("Sources: rows in and in the clean set")
         made.append(_save(fig, out / "sources.png"))
 
     cur = card.get("curriculum")
