@@ -59,7 +59,7 @@ def make_plots(card: dict, out: Path) -> list[str]:
         ax.set_title(f"Pass counts ({diff['model']}, T = {diff['temperature']})")
         made.append(_save(fig, out / "pass_counts.png"))
         levels = {lv: v for lv, v in diff["pass_rate_by_level"].items() if v}
-        if len(levels) >= 2:
+        if len(levels) >= 2 and diff.get("spearman_rho_pass_rate_vs_level") is not None:
             order = sorted(levels, key=lambda x: (_num(x), x))
             fig, ax = plt.subplots(figsize=(7, 3.2))
             ax.boxplot([levels[lv] for lv in order], tick_labels=order)
@@ -191,6 +191,20 @@ def _table(headers: list[str], rows: list[list[Any]]) -> str:
     return "\n".join(out)
 
 
+def _kv(d: dict) -> str:
+    """``{"a": 1, "b": 2}`` as prose: ``a 1, b 2``."""
+    return ", ".join(f"{k} {v:,}" if isinstance(v, int) else f"{k} {v}" for k, v in d.items()) or "none"
+
+
+def _rho_text(d: dict) -> str:
+    rho = d.get("spearman_rho_pass_rate_vs_level")
+    if rho is not None:
+        return f"{rho} ({d['rho_pairs']} problems)"
+    if d["rho_pairs"] < 3:
+        return f"not defined ({d['rho_pairs']} problems with a numeric level)"
+    return f"not defined: all {d['rho_pairs']} problems with a level have the same pass rate"
+
+
 def _cell(v: Any) -> str:
     if isinstance(v, int):
         return f"{v:,}"
@@ -238,23 +252,26 @@ def render_body(card: dict, plots: list[str]) -> str:
     if card.get("duplicates"):
         d = card["duplicates"]
         p.append("## Duplicates\n")
+        sizes = ", ".join(f"{n:,} of {k}" for k, n in d["cluster_sizes"].items()) or "none"
         p.append(f"{d['exact']:,} exact and {d['near']:,} near duplicates removed, in {d['clusters']:,} clusters "
-                 f"(cluster sizes: {d['cluster_sizes'] or 'none'}). The copy kept came from: "
-                 f"{d['kept_copy_from_source'] or 'none'}.\n")
+                 f"(clusters by size: {sizes}). The copy kept came from: {_kv(d['kept_copy_from_source'])}.\n")
     if card.get("contamination"):
         c = card["contamination"]
         p.append("## Contamination\n")
         p.append(f"Checked against {', '.join(f'{b} ({n} items)' for b, n in c['benchmark_items'].items())} "
-                 f"with {c['rule']['ngram']}-grams. Removed per benchmark: {c['by_benchmark'] or 'none'}; by kind of "
-                 f"match: {c['by_kind'] or 'none'}.\n")
+                 f"with {c['rule']['ngram']}-grams. Removed per benchmark: {_kv(c['by_benchmark'])}; by kind of "
+                 f"match: {_kv(c['by_kind'])}.\n")
         if c["matches"]:
+            total = sum(c["by_kind"].values())
+            p.append(f"The first {min(30, total)} of {total:,} matched pairs (up to {len(c['matches'])} are in `card.json`, "
+                     "all in the decontam stage's `rejected/` shards):\n")
             p.append(_table(["row id", "source", "benchmark", "benchmark item", "match"],
                             [[m["id"], m["source"], m["benchmark"], m["benchmark_item"], m["match"]] for m in c["matches"][:30]]))
             p.append("")
     if card.get("final_set"):
         f = card["final_set"]
         p.append("## The clean set\n")
-        p.append(f"{f['rows']:,} rows. Answer types: {f['answer_types']}. Declared levels: {f['declared_levels'] or 'none'}.\n")
+        p.append(f"{f['rows']:,} rows. Answer types: {_kv(f['answer_types'])}. Declared levels: {_kv(f['declared_levels'])}.\n")
     if card.get("difficulty"):
         d = card["difficulty"]
         p.append("## Difficulty\n")
@@ -265,21 +282,20 @@ def render_body(card: dict, plots: list[str]) -> str:
         p.append(_table(["correct of k", *d["histogram"].keys()], [["problems", *d["histogram"].values()]]))
         p.append("")
         p.append(f"Never solved: {d['never_solved']:,}; always solved: {d['always_solved']:,}. Sample outcomes: "
-                 f"{d['sample_outcomes']}; truncation rate {d['truncation_rate']}; mean response "
+                 f"{_kv(d['sample_outcomes'])}; truncation rate {d['truncation_rate']}; mean response "
                  f"{d['mean_response_tokens']} tokens; rows with ungraded samples (timeouts count as failures): "
                  f"{d['incompletely_graded_rows']}.\n")
         if d["by_level"]:
             p.append(_table(["declared level", "problems", "mean pass rate"],
                             [[lv, v["rows"], v["mean_pass_rate"]] for lv, v in d["by_level"].items()]))
-            p.append(f"\nSpearman's rho between pass rate and declared level: {d['spearman_rho_pass_rate_vs_level']} "
-                     f"({d['rho_pairs']} problems).\n")
+            p.append(f"\nSpearman's rho between pass rate and declared level: {_rho_text(d)}.\n")
     if card.get("curriculum"):
         c = card["curriculum"]
         p.append("## Selection and curriculum\n")
         p.append(f"Target: {c['target']}.\n")
         p.append(_table(["bucket", "available", "asked", "taken", "short"],
                         [[b, v["available"], v["asked"], v["taken"], v["short"]] for b, v in c["by_bucket"].items()]))
-        p.append(f"\nLeft out: {c['excluded'] or 'nothing'}; asked but unfilled: {c['unfilled']}. Stages: "
+        p.append(f"\nLeft out: {_kv(c['excluded'])}; asked but unfilled: {c['unfilled']}. Stages: "
                  + ", ".join(f"{s['folder']} ({s['rows']} rows, mean pass rate {s['pass_rate_mean']})" for s in c["stages"])
                  + ".\n")
     if plots:
