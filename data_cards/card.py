@@ -178,13 +178,20 @@ def _difficulty(p: Path, m: Manifest) -> dict:
     hist: Counter[int] = Counter()
     by_source: dict[str, Counter[int]] = defaultdict(Counter)
     by_level: dict[str, list[float]] = defaultdict(list)
+    hist_by_level: dict[str, Counter[int]] = defaultdict(Counter)
     pairs: list[tuple[float, float]] = []
     incomplete = 0
     files = shard_paths(p / "kept")
-    cols = ["source", "level", "n_correct", "n_graded", "k"]
     for f in files:
-        t = pq.read_table(f, columns=cols)
+        names = pq.ParquetFile(f).schema_arrow.names
+        t = pq.read_table(f, columns=[c for c in ("source", "level", "declared_difficulty", "n_correct", "n_graded", "k")
+                                      if c in names])
         for row in t.to_pylist():
+            # the declared difficulty: MATH's and the generator's level, else a numeric one (Omni-MATH's difficulty)
+            level = row.get("level")
+            if level is None and row.get("declared_difficulty") is not None:
+                level = f"{row['declared_difficulty']:g}"
+            row["level"] = level
             k = row["k"] or k_max
             nc = row["n_correct"] or 0
             hist[nc] += 1
@@ -192,6 +199,7 @@ def _difficulty(p: Path, m: Manifest) -> dict:
             rate = nc / k if k else 0.0
             if row["level"] is not None:
                 by_level[str(row["level"])].append(rate)
+                hist_by_level[str(row["level"])][nc] += 1
                 lv = _level_number(row["level"])
                 if lv is not None:
                     pairs.append((rate, lv))
@@ -207,6 +215,7 @@ def _difficulty(p: Path, m: Manifest) -> dict:
         "max_tokens": samp.get("max_tokens"), "seed": samp.get("seed"), "grader_version": m.stats.get("grader_version"),
         "rows": m.rows_kept, "histogram": full(hist), "never_solved": hist.get(0, 0), "always_solved": hist.get(k_max, 0),
         "by_source": {s: full(c) for s, c in sorted(by_source.items())},
+        "histogram_by_level": {lv: full(c) for lv, c in sorted(hist_by_level.items())},
         "by_level": {lv: {"rows": len(v), "mean_pass_rate": round(float(np.mean(v)), 4)} for lv, v in sorted(by_level.items())},
         "pass_rate_by_level": {lv: v for lv, v in sorted(by_level.items())},
         "spearman_rho_pass_rate_vs_level": None if rho is None else round(rho, 4), "rho_pairs": len(pairs),

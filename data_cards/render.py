@@ -285,9 +285,13 @@ def render_body(card: dict, plots: list[str]) -> str:
                  f"{_kv(d['sample_outcomes'])}; truncation rate {d['truncation_rate']}; mean response "
                  f"{d['mean_response_tokens']} tokens; rows with ungraded samples (timeouts count as failures): "
                  f"{d['incompletely_graded_rows']}.\n")
+        if len(d["by_source"]) > 1:
+            p.append(_table(["source", *d["histogram"].keys()], [[s, *h.values()] for s, h in d["by_source"].items()]))
+            p.append("")
         if d["by_level"]:
-            p.append(_table(["declared level", "problems", "mean pass rate"],
-                            [[lv, v["rows"], v["mean_pass_rate"]] for lv, v in d["by_level"].items()]))
+            p.append(_table(["declared level", "problems", "mean pass rate", *[f"{k} correct" for k in d["histogram"]]],
+                            [[lv, v["rows"], v["mean_pass_rate"], *d["histogram_by_level"][lv].values()]
+                             for lv, v in d["by_level"].items()]))
             p.append(f"\nSpearman's rho between pass rate and declared level: {_rho_text(d)}.\n")
     if card.get("curriculum"):
         c = card["curriculum"]
