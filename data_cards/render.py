@@ -125,7 +125,8 @@ def _card_data(card: dict, folder: Path):
     configs = []
     cur = card.get("curriculum")
     fmt = (cur or {}).get("format") or "parquet"
-    ext = {"parquet": "parquet", "jsonl": "jsonl", "hf": "arrow"}[fmt]
+    ext = {"parquet": "parquet", "jsonl": "jsonl", "hf": "arrow", "trl": "parquet", "verl": "parquet",
+           "openrlhf": "jsonl"}[fmt]
     if cur:
         base = _rel(Path(cur["folder"]), folder)
         parts = [s for s in cur["stages"] if s["folder"] != "."]
@@ -162,10 +163,10 @@ def _features(card: dict, folder: Path) -> list[dict]:
     """``dataset_info.features`` from the schema of the first data file the configs point at."""
     import pyarrow.parquet as pq
 
-    if card.get("curriculum"):  # every export format holds the same columns
-        from curate.select.export import EXPORT_SCHEMA
+    if card.get("curriculum"):  # the columns of the export's format, whatever files it holds
+        from curate.select.export import schema_of
 
-        return [{"name": f.name, **_feature_type(f.type)} for f in EXPORT_SCHEMA]
+        return [{"name": f.name, **_feature_type(f.type)} for f in schema_of(card["curriculum"]["format"] or "parquet")]
     files = sorted((Path(card["final_set"]["folder"]) / "kept").glob("*.parquet")) if card.get("final_set") else []
     if not files:
         return []
@@ -211,6 +212,54 @@ def _cell(v: Any) -> str:
     return str(v).replace("|", "\\|").replace("\n", " ")
 
 
+def use_it(fmt: str, template: str) -> str:
+    """Which trainer reads an export of ``fmt``, and how."""
+    loader = {"parquet": "parquet", "jsonl": "json", "hf": "arrow", "trl": "parquet", "verl": "parquet",
+              "openrlhf": "json"}[fmt]
+    head = (f"Format `{fmt}`, prompts rendered with the `{template}` template; every row keeps its difficulty (pass "
+            f"rate, counts, bucket, curriculum stage) and a `sample_weight` (Kimi k1.5's max(floor, 1 - pass rate)) "
+            f"for a weighted sampler. Load it with `datasets.load_dataset(\"{loader}\", data_files=...)` using the "
+            "`configs` above.\n")
+    if fmt == "trl":
+        return head + """
+TRL `GRPOTrainer` reads it as it is: `prompt` is conversational, and `answer` (like every other column) reaches the
+reward function, graded as gradus grades:
+
+```python
+from datasets import load_dataset
+from trl import GRPOConfig, GRPOTrainer
+from rl_stage.rewards import math_reward
+ds = load_dataset("parquet", data_files="stage_*/data/*.parquet", split="train")
+GRPOTrainer(model="HuggingFaceTB/SmolLM2-135M-Instruct", reward_funcs=[math_reward], train_dataset=ds,
+            args=GRPOConfig(output_dir="out")).train()
+```
+"""
+    if fmt == "verl":
+        return head + """
+verl's `RLHFDataset` reads `data_source`, `prompt` (chat messages), `ability`, `reward_model.ground_truth` and
+`extra_info` (index and the difficulty block). Score with gradus's grader:
+
+```bash
+python -m verl.trainer.main_ppo data.train_files=<this folder>/stage_1_easy/data/part_00000.parquet \\
+    data.prompt_key=prompt custom_reward_function.path=<gradus>/rl_stage/rewards.py \\
+    custom_reward_function.name=compute_score ...
+```
+"""
+    if fmt == "openrlhf":
+        return head + """
+OpenRLHF reads JSON lines with an input key and a label key: `input` holds the chat messages (use
+`--apply_chat_template`) and `prompt` the rendered text (without it); `label` is the gold answer:
+
+```bash
+python -m openrlhf.cli.train_ppo_ray --prompt_data <this folder>/data --input_key input --label_key label \\
+    --apply_chat_template ...
+```
+"""
+    if fmt == "parquet":
+        return head + "\n`gradus train` reads it as it is (`data: [\"<this folder>\"]`).\n"
+    return head
+
+
 def render_body(card: dict, plots: list[str]) -> str:
     """The Markdown body: every number comes from ``card``."""
     p = []
@@ -222,11 +271,7 @@ def render_body(card: dict, plots: list[str]) -> str:
     if card.get("curriculum"):
         c = card["curriculum"]
         p.append("## Use it\n")
-        loader = {"parquet": "parquet", "jsonl": "json", "hf": "arrow"}[c["format"] or "parquet"]
-        p.append(f"Format `{c['format']}`, prompts rendered with the `{c['template']}` template. "
-                 f"Load it with `datasets.load_dataset(\"{loader}\", data_files=...)` using the `configs` above"
-                 + (", or train with `gradus train` (`data: [\"<this folder>\"]`)" if c["format"] == "parquet" else "")
-                 + ".\n")
+        p.append(use_it(c["format"] or "parquet", c["template"]))
     if card.get("sources"):
         p.append("## Sources\n")
         p.append(_table(["source", "rows in", "after ingest", "in the clean set", "license"],

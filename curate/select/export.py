@@ -36,7 +36,8 @@ from curate.core.shards import ShardWriter, file_sha256, shard_paths, stage_dir,
 from curate.difficulty import templates
 from curate.select.curriculum import BucketSpec, Selection, SelectionError, Target, curriculum_stages, select
 
-FORMATS = ("parquet", "jsonl", "hf")
+FORMATS = ("parquet", "jsonl", "hf", "trl", "verl", "openrlhf")
+TRAINER_FORMATS = ("trl", "verl", "openrlhf")  # shaped for another trainer's own loader (see trainer_table)
 PART_FILE = "part.json"  # in each curriculum stage folder: its bucket, rows, files and mean pass rate
 MESSAGE = pa.struct([pa.field("role", pa.string()), pa.field("content", pa.string())])
 EXPORT_SCHEMA = pa.schema([
@@ -67,7 +68,7 @@ INPUT_COLUMNS = ["id", "source", "source_id", "subject", "level", "problem", "an
 
 @dataclass(frozen=True)
 class ExportConfig:
-    format: str = "parquet"  # parquet | jsonl | hf (a datasets.save_to_disk folder)
+    format: str = "parquet"  # parquet | jsonl | hf (datasets.save_to_disk) | trl | verl | openrlhf (their loaders' shapes)
     total: int | None = None  # rows to select; None: every eligible row
     target: str = "uniform"  # uniform (Kimi k1.5's balanced mix) | band:LO-HI (Open-R1: band:0.1-0.9) | hard=0.5,medium=0.3,...
     buckets: str | None = None  # middle buckets by upper pass rate; None: hard=1/3,medium=2/3,easy=1 (our choice)
@@ -166,15 +167,68 @@ def _render(table: pa.Table, cfg: ExportConfig, stage: list[int | None]) -> pa.T
                                  for f in EXPORT_SCHEMA], schema=EXPORT_SCHEMA)
 
 
+DIFFICULTY_FIELDS = ["id", "source", "subject", "level", "pass_rate", "pass_rate_low", "pass_rate_high", "n_correct",
+                     "n_graded", "k", "difficulty_model", "bucket", "stage"]
+VERL_EXTRA = pa.struct([pa.field("index", pa.int64())] + [EXPORT_SCHEMA.field(n) for n in DIFFICULTY_FIELDS]
+                       + [pa.field("sample_weight", pa.float32()), pa.field("problem", pa.string())])
+TRAINER_SCHEMAS = {
+    # TRL GRPOTrainer: a conversational "prompt" (list of messages); every other column reaches the reward functions
+    # as a keyword argument, so "answer" is the gold for rl_stage.rewards.math_reward.
+    "trl": pa.schema([pa.field("prompt", pa.list_(MESSAGE)), pa.field("answer", pa.string())]
+                     + [EXPORT_SCHEMA.field(n) for n in DIFFICULTY_FIELDS] + [pa.field("sample_weight", pa.float32())]),
+    # verl RLHFDataset: data_source, prompt (messages), ability, reward_model {style, ground_truth}, extra_info.
+    "verl": pa.schema([pa.field("data_source", pa.string()), pa.field("prompt", pa.list_(MESSAGE)),
+                       pa.field("ability", pa.string()),
+                       pa.field("reward_model", pa.struct([pa.field("style", pa.string()),
+                                                           pa.field("ground_truth", pa.string())])),
+                       pa.field("extra_info", VERL_EXTRA), pa.field("sample_weight", pa.float32())]),
+    # OpenRLHF: JSON lines with an input key (messages, for --apply_chat_template; or the rendered text) and a label key.
+    "openrlhf": pa.schema([pa.field("input", pa.list_(MESSAGE)), pa.field("prompt", pa.string()),
+                           pa.field("label", pa.string())]
+                          + [EXPORT_SCHEMA.field(n) for n in DIFFICULTY_FIELDS] + [pa.field("sample_weight", pa.float32())]),
+}
+
+
+def schema_of(fmt: str) -> pa.Schema:
+    """The columns an export of format ``fmt`` holds."""
+    return TRAINER_SCHEMAS.get(fmt, EXPORT_SCHEMA)
+
+
+def trainer_table(table: pa.Table, fmt: str) -> pa.Table:
+    """An ``EXPORT_SCHEMA`` table in the shape trainer ``fmt`` reads (the difficulty block goes where it can)."""
+    diff = {n: table[n] for n in DIFFICULTY_FIELDS}
+    if fmt == "trl":
+        cols = {"prompt": table["messages"], "answer": table["answer"], **diff, "sample_weight": table["sample_weight"]}
+    elif fmt == "openrlhf":
+        cols = {"input": table["messages"], "prompt": table["prompt"], "label": table["answer"], **diff,
+                "sample_weight": table["sample_weight"]}
+    else:
+        n = table.num_rows
+        rows = table.select(DIFFICULTY_FIELDS + ["sample_weight", "problem"]).to_pylist()
+        cols = {
+            "data_source": pa.array([f"gradus/{s}" for s in table["source"].to_pylist()], pa.string()),
+            "prompt": table["messages"], "ability": pa.array(["math"] * n, pa.string()),
+            "reward_model": pa.array([{"style": "rule", "ground_truth": a} for a in table["answer"].to_pylist()],
+                                     TRAINER_SCHEMAS["verl"].field("reward_model").type),
+            "extra_info": pa.array([{"index": i, **r} for i, r in enumerate(rows)], VERL_EXTRA),
+            "sample_weight": table["sample_weight"],
+        }
+    schema = TRAINER_SCHEMAS[fmt]
+    return pa.Table.from_arrays([cols[f.name].cast(f.type) if cols[f.name].type != f.type else cols[f.name]
+                                 for f in schema], schema=schema)
+
+
 def _write(table: pa.Table, folder: Path, cfg: ExportConfig) -> list[dict]:
     """Write one table in the chosen format under ``folder/data``; returns the files with rows and sha256."""
     data = folder / "data"
     data.mkdir(parents=True, exist_ok=True)
-    if cfg.format == "parquet":
-        w = ShardWriter(data, EXPORT_SCHEMA, cfg.rows_per_shard, prefix="part")
+    if cfg.format in TRAINER_FORMATS:
+        table = trainer_table(table, cfg.format)
+    if cfg.format in ("parquet", "trl", "verl"):
+        w = ShardWriter(data, table.schema, cfg.rows_per_shard, prefix="part")
         w.write(table)
         return [{"path": f"data/{s['path']}", "rows": s["rows"], "sha256": s["sha256"]} for s in w.close()]
-    if cfg.format == "jsonl":
+    if cfg.format in ("jsonl", "openrlhf"):
         files = []
         for i, start in enumerate(range(0, max(1, table.num_rows), cfg.rows_per_shard)):
             part = table.slice(start, cfg.rows_per_shard)
@@ -241,7 +295,7 @@ def export(inputs: list[Path], out: Path, cfg: ExportConfig, force: bool = False
         for src, n in Counter(sel.table["source"].to_pylist()).items():
             by_source[str(src)]["kept"] = n
         stats = {"format": cfg.format, "parts": parts, "selection": sel.report,
-                 "schema": [f"{f.name}: {f.type}" for f in EXPORT_SCHEMA]}
+                 "schema": [f"{f.name}: {f.type}" for f in schema_of(cfg.format)]}
         m = runner.finish(table.num_rows, files, [], reasons, by_source, stats, rows_kept=sel.table.num_rows, folder=tmp)
         old_dir = final.parent / f".{final.name}.old-{os.getpid()}"
         if final.exists():
@@ -269,6 +323,9 @@ def read_export(out: Path) -> pa.Table:
     m = Manifest.load(out)
     if m.stage != "export":
         raise ManifestError(f"{out}: a {m.stage} output, not an export")
+    if m.stats["format"] in TRAINER_FORMATS:
+        raise ManifestError(f"{out}: a {m.stats['format']} export is shaped for that trainer's loader; read it with "
+                            "datasets.load_dataset (see its README.md)")
     tables = []
     for part in m.stats["parts"]:
         data = Path(out) / part["folder"] / "data"
