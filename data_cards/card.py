@@ -15,6 +15,7 @@ fingerprints, shard hashes).
 
 from __future__ import annotations
 
+import logging
 import re
 from collections import Counter, defaultdict
 from datetime import UTC, datetime
@@ -27,6 +28,7 @@ import pyarrow.parquet as pq
 from curate.core.manifest import MANIFEST, Manifest, ManifestError
 from curate.core.shards import iter_batches, shard_paths
 
+log = logging.getLogger(__name__)
 CARD_VERSION = 1
 EXAMPLES_PER_REASON = 2
 MAX_MATCHES = 200  # contamination pairs listed in card.json (all are counted)
@@ -47,7 +49,16 @@ def stage_outputs(folder: str | Path) -> list[tuple[Path, Manifest]]:
     found = sorted({p.parent for p in d.glob(f"*/{MANIFEST}")} | {p.parent for p in d.glob(f"*/*/{MANIFEST}")})
     if not found:
         raise ManifestError(f"{d}: no {MANIFEST} here or in its subfolders: not a stage output or a run folder")
-    outs = [(p, Manifest.load(p)) for p in found]
+    outs, unreadable = [], []
+    for p in found:  # in a run folder, an output another gradus wrote is left out (and named), not fatal
+        try:
+            outs.append((p, Manifest.load(p)))
+        except ManifestError as e:
+            unreadable.append(str(e))
+    if not outs:
+        raise ManifestError(f"{d}: no stage output this gradus can read ({'; '.join(unreadable)})")
+    for msg in unreadable:
+        log.warning("card: left out %s", msg)
     outs.sort(key=lambda pm: (pm[1].kind.order, str(pm[0])))
     return outs
 

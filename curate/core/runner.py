@@ -138,7 +138,7 @@ MARKER = ".gradus-stage.json"  # written before any data: this folder is a gradu
 _CARD = {"README.md", "card.json", "plots"}  # a data card of the output (data_cards), rebuilt with it
 _OWN = {
     "shards": {MANIFEST, MARKER, "kept", "rejected", *_CARD},
-    "parts": {MANIFEST, MARKER, "kept", "rejected", "responses", *_CARD},
+    "parts": {MANIFEST, MARKER, "kept", "rejected", "responses", "run.json", *_CARD},  # run.json: gradus 0.1's marker
     "folder": {MANIFEST, MARKER, "data", "selection_report.json", *_CARD},
 }
 
@@ -152,7 +152,7 @@ _INSIDE = {"kept": (".parquet", ".tmp"), "rejected": (".parquet", ".tmp"), "resp
 def _owned(kind: str, name: str, path: Path | None = None) -> bool:
     base = name[: -len(".tmp")] if name.endswith(".tmp") else name
     if kind == "folder" and _STAGE_PART.match(base):
-        return path is None or _only(path, ("part.json",), "data")
+        return path is None or _only(path, ("part.json", MANIFEST), "data")  # manifest.json: gradus 0.1's part file
     if base not in _OWN[kind]:
         return False
     if path is not None and path.is_dir():
@@ -287,7 +287,7 @@ class Runner:
         try:
             m = Manifest.find(self.out)
         except ManifestError as e:
-            log.warning("%s: %s; running the stage again", self.out, e)
+            log.warning("%s is replaced by this run: %s", self.out, str(e).split(";")[0])
             return None
         if m is None or (m.input_hash, m.config_hash, m.code_version) != (self.input_hash, self.config_hash,
                                                                               self.code_version):
