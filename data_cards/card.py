@@ -15,7 +15,6 @@ fingerprints, shard hashes).
 
 from __future__ import annotations
 
-import logging
 import re
 from collections import Counter, defaultdict
 from datetime import UTC, datetime
@@ -25,10 +24,9 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 
-from curate.core.manifest import MANIFEST, Manifest, ManifestError
+from curate.core.manifest import Manifest, stage_outputs
 from curate.core.shards import iter_batches, shard_paths
 
-log = logging.getLogger(__name__)
 CARD_VERSION = 1
 EXAMPLES_PER_REASON = 2
 MAX_MATCHES = 200  # contamination pairs listed in card.json (all are counted)
@@ -37,30 +35,6 @@ MAX_MATCHES = 200  # contamination pairs listed in card.json (all are counted)
 KNOWN_LICENSES = {"math": "mit", "math500": "mit", "deepscaler": "mit", "orz": "mit", "orz_eval": "mit",
                   "omni_math": "apache-2.0", "deepmath": "mit", "numina_1.5": "apache-2.0", "numina_cot": "apache-2.0",
                   "synthetic": "apache-2.0"}
-
-
-def stage_outputs(folder: str | Path) -> list[tuple[Path, Manifest]]:
-    """The stage outputs of ``folder`` in pipeline order: the folder itself, or every stage of a run folder."""
-    d = Path(folder)
-    if not d.is_dir():
-        raise ManifestError(f"{d}: no such folder")
-    if (d / MANIFEST).exists():
-        return [(d, Manifest.load(d))]
-    found = sorted({p.parent for p in d.glob(f"*/{MANIFEST}")} | {p.parent for p in d.glob(f"*/*/{MANIFEST}")})
-    if not found:
-        raise ManifestError(f"{d}: no {MANIFEST} here or in its subfolders: not a stage output or a run folder")
-    outs, unreadable = [], []
-    for p in found:  # in a run folder, an output another gradus wrote is left out (and named), not fatal
-        try:
-            outs.append((p, Manifest.load(p)))
-        except ManifestError as e:
-            unreadable.append(str(e))
-    if not outs:
-        raise ManifestError(f"{d}: no stage output this gradus can read ({'; '.join(unreadable)})")
-    for msg in unreadable:
-        log.warning("card: left out %s", msg)
-    outs.sort(key=lambda pm: (pm[1].kind.order, str(pm[0])))
-    return outs
 
 
 def _level_number(v: Any) -> float | None:

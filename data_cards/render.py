@@ -13,7 +13,7 @@ from typing import Any
 
 from curate.core.manifest import ManifestError
 from curate.core.shards import write_json_atomic
-from data_cards.card import build_card, final_ids, size_category, stage_outputs
+from data_cards.card import _level_number, build_card, final_ids, size_category
 
 CARD_JSON = "card.json"
 README = "README.md"
@@ -99,8 +99,6 @@ def make_plots(card: dict, out: Path) -> list[str]:
 
 
 def _num(x: str) -> float:
-    from data_cards.card import _level_number
-
     v = _level_number(x)
     return v if v is not None else float("inf")
 
@@ -497,4 +495,4 @@ def diff_text(d: dict) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["build_card", "diff_cards", "diff_text", "load_card", "make_plots", "show_text", "stage_outputs", "write_card"]
+__all__ = ["build_card", "diff_cards", "diff_text", "load_card", "make_plots", "show_text", "write_card"]

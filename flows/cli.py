@@ -98,8 +98,7 @@ def cmd_demo(a: argparse.Namespace) -> None:
     from curate.demo import run_demo
 
     out = Path(a.out)
-    r = run_demo(out, a.estimate_rows, a.force, progress=not a.no_progress, say=lambda _: None)
-    _print_summary(r.curate, out)
+    r = run_demo(out, a.estimate_rows, a.force, progress=not a.no_progress, say=print)  # says each step as it starts
     if r.estimate is not None:
         _print_estimate(r.estimate, out / "5_difficulty")
     if r.export is not None:
@@ -210,16 +209,13 @@ def cmd_model(a: argparse.Namespace) -> None:
 
 
 def cmd_show(a: argparse.Namespace) -> None:
-    from curate.core.manifest import MANIFEST, Manifest, ManifestError
+    from curate.core.manifest import MANIFEST, Manifest, stage_outputs
 
     d = Path(a.dir)
     if not d.is_dir():
         raise FileNotFoundError(f"{d}: no such folder")
     if not (d / MANIFEST).exists():
-        stages = sorted({p.parent for p in d.glob(f"*/{MANIFEST}")} | {p.parent for p in d.glob(f"*/*/{MANIFEST}")})
-        if not stages:
-            raise ManifestError(f"{d}: no {MANIFEST} here or in its subfolders: not a stage output or a run folder")
-        _show_run(d, [(p, Manifest.load(p)) for p in stages])
+        _show_run(d, stage_outputs(d))
         return
     m = Manifest.load(d)
     if a.samples:
@@ -246,7 +242,6 @@ def cmd_show(a: argparse.Namespace) -> None:
 
 def _show_run(d: Path, stages: list) -> None:
     """A run folder: every stage in pipeline order, with the rows flowing from one to the next."""
-    stages.sort(key=lambda pm: (pm[1].kind.order, str(pm[0])))
     print(f"{d}: a run of {len(stages)} stage outputs")
     print(f"  {'stage':<9} {'in':>9} {'kept':>9} {'rejected':>9}  folder")
     kept_by_path = {str(p.resolve()): m.rows_kept for p, m in stages}

@@ -10,6 +10,22 @@ import pytest
 REAL = Path(os.environ.get("GRADUS_REAL_DATA", Path(__file__).resolve().parents[1].parent / "shared" / "data"))
 
 
+def write_easy_sums(folder: Path, n: int = 12) -> Path:
+    """``n`` scored rows of easy sums (pass counts 2, 5, 8 of 10 in turn) as ``folder/kept/part_000000.parquet``."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = []
+    for i in range(n):
+        a, b, c = i + 2, 3 * i + 1, [2, 5, 8][i % 3]
+        rows.append({"id": f"p{i:02d}", "source": "synthetic", "source_id": str(i), "subject": "arith", "level": "1",
+                     "problem": f"What is ${a} + {b}$?", "answer": str(a + b), "n_correct": c, "n_graded": 10, "k": 10,
+                     "pass_rate": c / 10, "pass_rate_low": 0.0, "pass_rate_high": 1.0, "model": "m"})
+    (folder / "kept").mkdir(parents=True)
+    pq.write_table(pa.Table.from_pylist(rows), folder / "kept" / "part_000000.parquet")
+    return folder
+
+
 @pytest.fixture(scope="session")
 def real_data() -> Path:
     if not REAL.is_dir():

@@ -5,9 +5,8 @@ from __future__ import annotations
 import importlib.util
 import json
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
+from conftest import write_easy_sums
 
 from curate.select.export import ExportConfig, export
 from rl_stage.rewards import compute_score, math_reward
@@ -16,14 +15,7 @@ from rl_stage.rewards import compute_score, math_reward
 @pytest.fixture(scope="module")
 def scored(tmp_path_factory):
     d = tmp_path_factory.mktemp("tx")
-    rows = []
-    for i in range(12):
-        a, b, n = i + 2, 3 * i + 1, [2, 5, 8][i % 3]
-        rows.append({"id": f"p{i:02d}", "source": "synthetic", "source_id": str(i), "subject": "arith", "level": "1",
-                     "problem": f"What is ${a} + {b}$?", "answer": str(a + b), "n_correct": n, "n_graded": 10, "k": 10,
-                     "pass_rate": n / 10, "pass_rate_low": 0.0, "pass_rate_high": 1.0, "model": "m"})
-    (d / "scored" / "kept").mkdir(parents=True)
-    pq.write_table(pa.Table.from_pylist(rows), d / "scored" / "kept" / "part_000000.parquet")
+    write_easy_sums(d / "scored")
     return d
 
 

@@ -261,11 +261,3 @@ def from_args(cls, args: argparse.Namespace, **fixed):
     data = given(cls, args)
     data.update(fixed)
     return from_dict(cls, data, where="options")
-
-
-def merge(base: dict, over: dict) -> dict:
-    """``over`` on top of ``base``, nested tables merged key by key."""
-    out = dict(base)
-    for k, v in over.items():
-        out[k] = merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
-    return out

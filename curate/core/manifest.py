@@ -12,11 +12,13 @@ the same fields; what only one stage knows (signals, the pass-count histogram, a
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from curate.core.errors import GradusError
 
+log = logging.getLogger(__name__)
 MANIFEST = "manifest.json"
 # 2: one shape for every stage (stats block, rows_in from upstream, code version in the identity).
 # Version 1 (per-stage shapes, before this) is refused with a message saying to re-run the stage.
@@ -127,3 +129,27 @@ class Manifest:
     def find(cls, folder: str | Path) -> Manifest | None:
         """Like ``load``, but None when the folder has no manifest (other errors still raise)."""
         return cls.load(folder) if (Path(folder) / MANIFEST).is_file() else None
+
+
+def stage_outputs(folder: str | Path) -> list[tuple[Path, Manifest]]:
+    """The stage outputs of ``folder`` in pipeline order: the folder itself, or every stage of a run folder."""
+    d = Path(folder)
+    if not d.is_dir():
+        raise ManifestError(f"{d}: no such folder")
+    if (d / MANIFEST).exists():
+        return [(d, Manifest.load(d))]
+    found = sorted({p.parent for p in d.glob(f"*/{MANIFEST}")} | {p.parent for p in d.glob(f"*/*/{MANIFEST}")})
+    if not found:
+        raise ManifestError(f"{d}: no {MANIFEST} here or in its subfolders: not a stage output or a run folder")
+    outs, unreadable = [], []
+    for p in found:  # in a run folder, an output another gradus wrote is left out (and named), not fatal
+        try:
+            outs.append((p, Manifest.load(p)))
+        except ManifestError as e:
+            unreadable.append(str(e))
+    if not outs:
+        raise ManifestError(f"{d}: no stage output this gradus can read ({'; '.join(unreadable)})")
+    for msg in unreadable:
+        log.warning("left out %s", msg)
+    outs.sort(key=lambda pm: (pm[1].kind.order, str(pm[0])))
+    return outs
