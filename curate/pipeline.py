@@ -29,7 +29,14 @@ from curate.core.manifest import Manifest
 from curate.core.runner import StageError, StageRun, file_fingerprint, input_entries, reject_table, run_stage
 from curate.core.schema import SCHEMA, conform
 from curate.core.shards import count_rows, iter_batches, stage_dir, write_json_atomic
-from curate.sources.adapters import ADAPTERS, apply_adapter, detect_adapter, mapped_adapter, parse_mapping
+from curate.sources.adapters import (
+    ADAPTERS,
+    apply_adapter,
+    detect_adapter,
+    mapped_adapter,
+    parse_mapping,
+    row_id_prefix,
+)
 from curate.sources.answers import answer_types
 from curate.sources.readers import FastPathFailed, detect_format, read_source
 
@@ -94,7 +101,7 @@ def ingest(
                     chosen = ADAPTERS["synthetic"] if fmt == "synthetic" else detect_adapter(raw)
                 run.extra["adapter"] = chosen.name
             with run.timed("adapt"):
-                cols = apply_adapter(chosen, raw)
+                cols = apply_adapter(chosen, raw, row_id_prefix(spec) if fmt != "synthetic" else None)
                 n = raw.num_rows
                 table, reject, detail, n_repaired = _records(cols, n, source_name or chosen.name, spec)
                 run.extra["repaired_latex_escapes"] = run.extra.get("repaired_latex_escapes", 0) + n_repaired

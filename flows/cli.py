@@ -321,10 +321,12 @@ def cmd_list(a: argparse.Namespace) -> None:
             print(f"{name:<8} {where}{'' if Path(where).is_file() else '  (hub id: needs network or the HF cache)'}")
         print("any other: NAME=PATH to a jsonl/json/csv/parquet file with a problem column")
     elif a.what == "filters":
-        from curate.clean.filters import STEPS
+        from curate.clean.filters import STEPS, FilterConfig
 
+        flag_only = FilterConfig().flag_only
         for step in STEPS:
-            print(f"{step.name:<26} {step.doc}")
+            note = "  [flag only by default: sets its signal, rejects nothing]" if step.name in flag_only else ""
+            print(f"{step.name:<26} {step.doc}{note}")
         print(f"{'answer_unparseable':<26} the gold gate: math-verify cannot parse the gold answer")
     elif a.what == "presets":
         from rl_stage.algorithms import PRESETS

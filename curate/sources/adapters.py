@@ -28,6 +28,7 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -327,8 +328,17 @@ def mapped_adapter(mapping: dict[str, str]) -> Adapter:
     return Adapter("generic", frozenset(needed), fn, re.sub(r"^boxed\((.*)\)$", r"\1", mapping["problem"]))
 
 
-def apply_adapter(adapter: Adapter, t: pa.Table) -> Cols:
-    """Run an adapter, then reject rows the reader marked bad or whose problem is not a string."""
+def row_id_prefix(spec: str) -> str:
+    """What a row number is qualified with when the source has no id column: the file's name
+    (``math.json``) or the hub data set's name (``NuminaMath-1.5``), so that two files read by one adapter
+    (DeepScaleR's ``aime.json`` and ``math.json``) never give two rows the same ``source_id``."""
+    return Path(spec.split("@", 1)[0].rstrip("/")).name or spec
+
+
+def apply_adapter(adapter: Adapter, t: pa.Table, row_prefix: str | None = None) -> Cols:
+    """Run an adapter, then reject rows the reader marked bad or whose problem is not a string.
+
+    Rows without an id in the source get ``row_prefix:row`` (or the bare row number without a prefix)."""
     cols = adapter.fn(t)
     n = t.num_rows
     rejects = list(cols.pop("_reject", None) or [None] * n)
@@ -340,11 +350,11 @@ def apply_adapter(adapter: Adapter, t: pa.Table) -> Cols:
             rejects[i] = rejects[i] or "ingest_problem_not_string"
     cols["_reject"] = rejects
     cols["_reject_detail"] = [b or ns for b, ns in zip(bad, nonscalar, strict=False)]
+    rows = [f"{row_prefix}:{r}" if row_prefix else str(r) for r in _col(t, "_row")]
     if cols.get("source_id") is None:
-        cols["source_id"] = [str(r) for r in _col(t, "_row")]
+        cols["source_id"] = rows
     else:
-        rows = _col(t, "_row")
-        cols["source_id"] = [s if s else str(r) for s, r in zip(cols["source_id"], rows, strict=False)]
+        cols["source_id"] = [s if s else r for s, r in zip(cols["source_id"], rows, strict=False)]
     if "answer" in cols:
         ans = pa.array(cols["answer"], pa.string())
         # clean only what needs it (boxes, $, trailing dots, \text{..}); plain answers pass untouched
