@@ -44,6 +44,28 @@ log = logging.getLogger(__name__)
 
 
 # ---------------------------------------------------------------------------------------------- ingest
+# 2: row-number ids qualified by the file name, \[..\] answer wrappers, newline-damaged commands repaired,
+#    solutions whose boxes disagree rejected as answer_ambiguous
+INGEST_RULES = 2
+
+
+def _ambiguous_boxes(boxes: list, reject: list, detail: list, pool) -> int:
+    """Reject (``answer_ambiguous``) the rows whose solution boxes answers that math-verify finds different: a
+    "find all solutions" boxed as ``-2`` and ``1``, a solution that boxes 6 then 12. Boxes that are one answer
+    written two ways (``x+11`` and ``11+x``) pass. Returns the number rejected."""
+    pairs, owners = [], []
+    for i, bx in enumerate(boxes):
+        if bx and reject[i] is None:
+            for b in bx[:-1]:
+                pairs.append((b, bx[-1]))
+                owners.append(i)
+    same = pool.same_answer(pairs) if pairs else []
+    bad = sorted({i for i, ok in zip(owners, same, strict=True) if ok is not True})
+    for i in bad:
+        reject[i] = "answer_ambiguous"
+        detail[i] = "boxes: " + " | ".join(boxes[i])[:300]
+    return len(bad)
+
 def _records(cols: dict, n: int, source: str, origin: str) -> tuple[pa.Table, list, list, int]:
     problems = pa.array(cols["problem"], pa.string())
     problems, repaired = repair_escapes(problems)
@@ -53,6 +75,7 @@ def _records(cols: dict, n: int, source: str, origin: str) -> tuple[pa.Table, li
         cols["answer"], rep_a = repair_escapes(pa.array(cols["answer"], pa.string()))
         repaired = pc.or_(repaired, rep_a)
     reject, detail = cols.pop("_reject"), cols.pop("_reject_detail")
+    cols.pop("_boxes", None)
     cols["problem"] = pc.fill_null(stripped, "")
     cols["id"] = content_ids(stripped)
     cols["source"] = pa.array([source] * n, pa.string())
@@ -79,20 +102,27 @@ def ingest(
     if adapter and adapter not in ADAPTERS:
         raise SourceError(f"unknown adapter {adapter!r}; choose one of {', '.join(ADAPTERS)}")
     mapped = mapped_adapter(parse_mapping(mapping)) if mapping else None
-    config = {"format": fmt, "adapter": adapter, "mapping": mapping, "source_name": source_name}
+    config = {"format": fmt, "adapter": adapter, "mapping": mapping, "source_name": source_name,
+              "rules": INGEST_RULES}
     inputs = [{"source": spec, "fingerprint": file_fingerprint(spec)}]
     local = Path(spec)
 
     def body(run: StageRun) -> None:
-        try:
-            _ingest_batches(run, read_source(spec, fmt))
-        except FastPathFailed as e:
-            log.warning("%s: arrow reader failed (%s); reading line by line", spec, str(e)[:120])
-            run.reset()
-            run.extra["read_path"] = "python"
-            _ingest_batches(run, read_source(spec, fmt, slow=True))
+        from curate.difficulty.grading import GradingPool
 
-    def _ingest_batches(run: StageRun, batches) -> None:
+        pool = GradingPool(timeout_s=5)  # started only if a solution boxes several different answers
+        try:
+            try:
+                _ingest_batches(run, read_source(spec, fmt), pool)
+            except FastPathFailed as e:
+                log.warning("%s: arrow reader failed (%s); reading line by line", spec, str(e)[:120])
+                run.reset()
+                run.extra["read_path"] = "python"
+                _ingest_batches(run, read_source(spec, fmt, slow=True), pool)
+        finally:
+            pool.close()
+
+    def _ingest_batches(run: StageRun, batches, pool) -> None:
         chosen = None
         for raw in batches:
             if chosen is None:
@@ -102,9 +132,14 @@ def ingest(
                 run.extra["adapter"] = chosen.name
             with run.timed("adapt"):
                 cols = apply_adapter(chosen, raw, row_id_prefix(spec) if fmt != "synthetic" else None)
+                boxes = cols.get("_boxes")
                 n = raw.num_rows
                 table, reject, detail, n_repaired = _records(cols, n, source_name or chosen.name, spec)
                 run.extra["repaired_latex_escapes"] = run.extra.get("repaired_latex_escapes", 0) + n_repaired
+            if boxes and any(boxes):
+                with run.timed("boxes"):
+                    n_amb = _ambiguous_boxes(boxes, reject, detail, pool)
+                run.extra["answer_ambiguous"] = run.extra.get("answer_ambiguous", 0) + n_amb
             bad = pa.array([r is not None for r in reject])
             kept = table.filter(pc.invert(bad))
             rej = table.filter(bad)

@@ -96,3 +96,31 @@ def test_repair_escapes_only_before_latex_commands():
     fixed, changed = repair_escapes(col)
     assert fixed.to_pylist() == [r"$8-\frac{6}{4-2}$", "tab\tseparated", r"$2\times 3$", "x\x15y"]
     assert changed.to_pylist() == [True, False, True, False]
+
+
+@pytest.mark.parametrize(
+    "raw, expected",
+    [
+        ("\\[\n\\boxed{\\frac{n+1}{4n-2}}\n\\]", "\\frac{n+1}{4n-2}"),  # Omni-MATH wrappers
+        ("\\[\\frac{1}{2}\\]", "\\frac{1}{2}"),
+        ("\\(\\boxed{3}\\)", "3"),
+        ("\\[ N \\equiv 672 \\pmod{1000} \\]", "N \\equiv 672 \\pmod{1000}"),
+    ],
+)
+def test_clean_answer_strips_display_wrappers(raw, expected):
+    assert clean_answer(raw) == expected
+
+
+def test_distinct_boxes_folds_spelling_only():
+    from curate.sources.answers import distinct_boxes
+
+    assert distinct_boxes("so \\boxed{\\frac32}, i.e. \\boxed{\\dfrac{3}{2}}") == ["\\frac32"]
+    assert distinct_boxes("$x=\\boxed{-2}$ or $x=\\boxed{1}$") == ["-2", "1"]
+    assert distinct_boxes("no box") == []
+
+
+def test_repair_newline_damage():
+    col = pa.array(["x \neq y", "f \nabla g", "line one\nequals two", "a\nu = 3"])
+    fixed, changed = repair_escapes(col)
+    assert fixed.to_pylist() == ["x \\neq y", "f \\nabla g", "line one\nequals two", "a\nu = 3"]
+    assert changed.to_pylist() == [True, True, False, False]

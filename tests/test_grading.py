@@ -207,3 +207,10 @@ def test_a_worker_that_died_while_idle_is_replaced():
         out = p.grade(["2", "3", "4"], [r"\boxed{\sqrt{4}}", r"\boxed{\frac{9}{3}}", r"\boxed{5}"])
         assert out == ["correct", "correct", "wrong"]
         assert all(w.proc.is_alive() for w in p._workers)
+
+
+def test_same_answer_compares_golds_as_math(pool):
+    pairs = [("073", "73"), ("\\frac13", "\\frac{1}{3}"), ("x+11", "11+x"), ("\\frac{1}{2}", "0.5"),
+             ("12", "6"), ("-2", "1"), ("(3,-5)", "(0,0)")]
+    assert pool.same_answer(pairs) == [True, True, True, True, False, False, False]
+    assert pool.same_answer([("73", "073")]) == [True]  # order does not matter (memoized as one pair)

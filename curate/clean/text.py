@@ -4,12 +4,11 @@ Two normal forms:
 - ``exact_key``: for ids and exact dedup. NFKC, lowercase, math delimiters and LaTeX spacing/sizing
   macros removed, ``\\dfrac``/``\\tfrac`` folded to ``\\frac``, all whitespace removed. Digits are kept:
   "2+3" and "2+4" are different problems.
-- ``words``: for n-gram shingles (near dup, decontamination). NFKC, lowercase, LaTeX environment
-  markers and command names dropped (``\\begin{equation*}``, ``\\overline``: typesetting, not wording),
-  letters and digits split apart (``a^2b`` and ``a^2 b`` both give ``a 2 b``), every other run of
-  non-alphanumeric characters becomes a space, then split.
+- ``tokens``: for n-gram shingles (near dup, decontamination), of the ``canonical`` form: typesetting
+  removed, command names (``\\sin``, ``\\div``) and operator and bracket tokens kept, since in math they
+  are the problem (``\\cos 45^\\circ`` is not ``\\sin 45^\\circ``; datatrove and Open-R1 keep them too).
 
-Word n-grams are hashed without a Python loop per row: each distinct word of a batch gets a stable
+Token n-grams are hashed without a Python loop per row: each distinct token of a batch gets a stable
 64-bit hash (blake2b), and n-grams are combined with a polynomial over uint64 (wrapping arithmetic),
 so the same text gives the same hashes in every run and on every machine.
 """
@@ -49,16 +48,66 @@ def content_ids(col: pa.Array | pa.ChunkedArray) -> pa.Array:
     return pa.array([hashlib.sha1((k or "").encode("utf-8", "surrogatepass")).hexdigest()[:16] for k in keys])
 
 
-def words(col: pa.Array | pa.ChunkedArray) -> pa.ListArray:
-    """Word tokens per row (list<string>)."""
+# Typesetting that changes the look, not the problem: environments, spacing, sizing, fonts, delimiters.
+# (\\left\b keeps \\leftarrow; \\mathbb{R} keeps its R.) Applied after lowercasing.
+_TYPESETTING = (
+    r"\\(?:begin|end)\{[^}]*\}|\\(?:hspace|vspace)\*?\{[^}]*\}"
+    r"|\\(?:displaystyle|textstyle|scriptstyle|left|right|bigl|bigr|biggl|biggr|bigg|big|middle|mathrm|mathbf|mathit"
+    r"|mathsf|mathbb|mathcal|mathscr|boldsymbol|bm|bf|it|rm|text|textbf|textit|textrm|texttt|emph|mbox|hbox|operatorname"
+    r"|quad|qquad|limits|nolimits|noindent|newline|medskip|smallskip|bigskip|hfill|cr|label|tag|nonumber|phantom)\b"
+    r"|\\[,;:! ]|\\\\|\\[()\[\]]|\$|~|&"
+)
+# Question words dropped from the word-sequence key: rewording "Compute" as "Find" or "What is" does not
+# make another problem.
+_ASK_WORDS = frozenset("find compute calculate evaluate determine simplify what whats is are the value of work out "
+                       "give obtain get express".split())
+
+
+def canonical(col: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """One normal form for shingles and benchmark matching, applied the same way to both sides.
+
+    NFKC, lowercase, ``\\dfrac``/``\\tfrac`` folded to ``\\frac`` and the brace-less shorthands spelled out
+    (``\\frac12`` -> ``\\frac{1}{2}``, ``\\sqrt2`` -> ``\\sqrt{2}``), degrees written one way (``^\\circ``,
+    ``^{\\circ}``, U+00B0 -> `` deg ``), then typesetting removed: math delimiters (``$``, ``\\(``, ``\\[``),
+    spacing, sizing and font commands, environments. Command names that carry meaning (``\\sin``, ``\\cos``,
+    ``\\frac``, ``\\div``, ``\\le``) stay.
+    """
     s = pc.utf8_lower(pc.utf8_normalize(pc.fill_null(col, ""), "NFKC"))
-    s = pc.replace_substring_regex(s, r"\\(?:begin|end)\{[^}]*\}|\\[a-z]+", " ")
+    s = pc.replace_substring_regex(s, r"\\[dt]frac", r"\\frac")
+    s = pc.replace_substring_regex(s, r"\\frac\s*([0-9a-z])\s*([0-9a-z])", r"\\frac{\1}{\2}")
+    s = pc.replace_substring_regex(s, r"\\frac\s*([0-9a-z])\s*\{", r"\\frac{\1}{")
+    s = pc.replace_substring_regex(s, r"\\frac\s*(\{[^{}]*\})\s*([0-9a-z])", r"\\frac\1{\2}")
+    s = pc.replace_substring_regex(s, r"\\sqrt\s*([0-9a-z])", r"\\sqrt{\1}")
+    s = pc.replace_substring_regex(s, r"\^\s*\{?\s*\\circ\s*\}?|°", " deg ")
+    return pc.replace_substring_regex(s, _TYPESETTING, " ")
+
+
+def tokens(col: pa.Array | pa.ChunkedArray) -> pa.ListArray:
+    """Tokens per row (list<string>) of the ``canonical`` text.
+
+    Words, numbers, command names (``\\sin`` -> ``sin``) and one token per operator or bracket
+    (``+ - * / = < > ^ ! | ( ) [ ]``): ``88\\div(4\\div2)`` and ``88\\div4\\div2`` differ, and so do
+    ``\\tan 180^\\circ`` and ``\\sin 180^\\circ``. Letters and digits are split apart (``a^2b`` and ``a^2 b`` both give
+    ``a ^ 2 b``); every other run of characters (braces, punctuation) is a separator.
+    """
+    s = canonical(col)
+    s = pc.replace_substring_regex(s, r"\\([a-z]+)", r" \1 ")
+    s = pc.replace_substring_regex(s, r"([+\-*/=<>^!|()\[\]])", r" \1 ")
     s = pc.replace_substring_regex(s, r"([0-9])([a-z])", r"\1 \2")
     s = pc.replace_substring_regex(s, r"([a-z])([0-9])", r"\1 \2")
-    s = pc.utf8_trim_whitespace(pc.replace_substring_regex(s, _NON_WORD, " "))
+    s = pc.utf8_trim_whitespace(pc.replace_substring_regex(s, r"[^\p{L}\p{N}+\-*/=<>^!|()\[\]]+", " "))
     s = pc.if_else(pc.equal(s, ""), pa.scalar(None, pa.string()), s)  # "" would split into [""]
     out = pc.utf8_split_whitespace(s)
     return out.combine_chunks() if isinstance(out, pa.ChunkedArray) else out
+
+
+def sequence_keys(col: pa.Array | pa.ChunkedArray) -> list[str]:
+    """The word-sequence key of each row: its tokens without question words, joined by spaces.
+
+    Equal keys mean the same statement up to formatting and the wording of the ask, which protects short
+    items that have too few words for an n-gram rule.
+    """
+    return [" ".join(t for t in (row or []) if t not in _ASK_WORDS) for row in tokens(col).to_pylist()]
 
 
 def _word_hashes(flat: pa.Array) -> np.ndarray:
@@ -84,7 +133,7 @@ def ngram_hashes(col: pa.Array | pa.ChunkedArray, n: int, short_docs: bool = Tru
     A row with fewer than ``n`` words yields one hash of all its words when ``short_docs`` is true
     (so short problems still get a shingle for near-dup), and nothing otherwise.
     """
-    toks = words(col)
+    toks = tokens(col)
     offsets = toks.offsets.to_numpy()
     offsets = offsets - offsets[0]
     flat = toks.flatten()
@@ -130,6 +179,8 @@ _ESCAPE_DAMAGE = [
     ("\x0b", "v", r"\x0b(ec|arepsilon|arphi|dots)"),
     ("\r", "r", r"\r(ight|ho|m\{|angle)"),
     ("\x07", "a", r"\x07(lpha|pprox|ngle)"),
+    # "\neq" read as a newline + "eq": only command names that no line of prose starts with
+    ("\n", "n", r"\n(eq|abla|otin|ot|eg|leq|geq|exists|mid|parallel|subseteq|cong|sim|prec|succ|ormalsize)\b"),
 ]
 
 

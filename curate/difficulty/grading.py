@@ -174,6 +174,25 @@ def _worker_verify(item: tuple, timeout_s: int) -> ParseResult:
     return ParseResult(bool(ok), "correct" if ok else "wrong")
 
 
+def _worker_same(item: tuple, timeout_s: int) -> ParseResult:
+    """Whether two gold answers are the same answer: each parsed as LaTeX, ``verify`` either way round."""
+    from math_verify import parse, verify
+    from math_verify.errors import TimeoutException
+
+    try:
+        a = parse(f"${item[0]}$", parsing_timeout=timeout_s, raise_on_error=True)
+        b = parse(f"${item[1]}$", parsing_timeout=timeout_s, raise_on_error=True)
+        if not a or not b:
+            return ParseResult(False, "unparseable")
+        ok = verify(a, b, timeout_seconds=timeout_s, raise_on_error=False) or verify(
+            b, a, timeout_seconds=timeout_s, raise_on_error=False)
+    except TimeoutException:
+        return ParseResult(None, "timeout")
+    except Exception as e:  # noqa: BLE001 - a parser/sympy error on untrusted text is recorded, never raised
+        return ParseResult(None, f"error:{type(e).__name__}")
+    return ParseResult(bool(ok), "same" if ok else "different")
+
+
 def _worker_main(conn: Connection, mem_bytes: int | None) -> None:
     """Serve requests ``(request id, op, items, timeout)``; answer each item as ``(request id, index, result)``.
 
@@ -205,6 +224,8 @@ def _worker_main(conn: Connection, mem_bytes: int | None) -> None:
                     res = _worker_parse_gold(item, timeout_s)
                 elif op == "verify":
                     res = _worker_verify(item, timeout_s)
+                elif op == "same":
+                    res = _worker_same(item, timeout_s)
                 else:
                     raise ValueError(f"unknown op {op}")
             except MemoryError:
@@ -272,6 +293,7 @@ class GradingPool:
         self._workers: list[_Worker] = []
         self._gold_memo: dict[str, ParseResult] = {}
         self._verify_memo: dict[tuple[str, str, str], str] = {}
+        self._same_memo: dict[tuple[str, str], bool | None] = {}
         self.stats = {"calls": 0, "memo_hits": 0, "fast_path": 0, "timeouts": 0, "crashes": 0, "verify_calls": 0,
                       "verify_memo_hits": 0, "verify_fast_path": 0, "verify_sent": 0}
 
@@ -411,6 +433,34 @@ class GradingPool:
                 self._gold_memo[a] = r
         self.stats["memo_hits"] += len(answers) - len(todo)
         return [self._gold_memo[a] for a in answers]
+
+    def same_answer(self, pairs: list[tuple[str, str]]) -> list[bool | None]:
+        """Whether each pair of gold answers is one answer (``073`` and ``73``, ``\\frac13`` and ``\\frac{1}{3}``,
+        ``x+11`` and ``11+x``); None where math-verify timed out or failed. Equal strings and plain numbers
+        are answered here; memoized."""
+        out: list[bool | None] = []
+        todo: dict[tuple[str, str], None] = {}
+        keys = []
+        for a, b in pairs:
+            a, b = (a or "").strip(), (b or "").strip()
+            key = (a, b) if a <= b else (b, a)
+            keys.append(key)
+            if key in self._same_memo or key in todo:
+                continue
+            if re.sub(r"\s+", "", a) == re.sub(r"\s+", "", b):
+                self._same_memo[key] = True
+            elif _PLAIN_NUMBER.match(a) and _PLAIN_NUMBER.match(b):
+                self._same_memo[key] = float(a) == float(b)
+            elif not a or not b:
+                self._same_memo[key] = False
+            else:
+                todo[key] = None
+        if todo:
+            items = list(todo)
+            for key, res in zip(items, self._run("same", items), strict=True):
+                self._same_memo[key] = res.ok
+        out = [self._same_memo[k] for k in keys]
+        return out
 
     def grade(self, golds: list[str], responses: list[str]) -> list[str]:
         """One outcome per (gold, response) pair (see ``OUTCOMES``); identical pairs are graded once.

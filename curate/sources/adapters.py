@@ -34,7 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from curate.core.errors import SourceError
-from curate.sources.answers import clean_answer, last_boxed
+from curate.sources.answers import clean_answer, distinct_boxes, last_boxed
 
 Cols = dict[str, list | pa.Array]
 
@@ -65,6 +65,15 @@ def _float(values: list) -> list[float | None]:
 
 def _boxed(solutions: list) -> list[str | None]:
     return [last_boxed(s) for s in solutions]
+
+
+def _several_boxes(solutions: list) -> list[list[str] | None]:
+    """Per solution, its distinct boxes when there are several (the gold is then checked at ingest)."""
+    out: list[list[str] | None] = []
+    for s in solutions:
+        boxes = distinct_boxes(s) if s else []
+        out.append(boxes if len(boxes) > 1 else None)
+    return out
 
 
 @dataclass(frozen=True)
@@ -102,7 +111,8 @@ def _numina_15(t: pa.Table) -> Cols:
 
 def _numina_cot(t: pa.Table) -> Cols:
     sol = _col(t, "solution")
-    return {"problem": _col(t, "problem"), "answer": _boxed(sol), "solution": sol, "source_detail": _col(t, "source")}
+    return {"problem": _col(t, "problem"), "answer": _boxed(sol), "_boxes": _several_boxes(sol), "solution": sol,
+            "source_detail": _col(t, "source")}
 
 
 def _math500(t: pa.Table) -> Cols:
@@ -124,6 +134,7 @@ def _math(t: pa.Table) -> Cols:
         "source_id": _col(t, "idx") if "idx" in t.column_names else None,
         "problem": _col(t, "problem"),
         "answer": _boxed(sol),
+        "_boxes": _several_boxes(sol),
         "solution": sol,
         "subject": _col(t, "type"),
         "level": lv,
@@ -358,7 +369,7 @@ def apply_adapter(adapter: Adapter, t: pa.Table, row_prefix: str | None = None) 
     if "answer" in cols:
         ans = pa.array(cols["answer"], pa.string())
         # clean only what needs it (boxes, $, trailing dots, \text{..}); plain answers pass untouched
-        needs = pc.fill_null(pc.match_substring_regex(ans, r"^\s|\s$|\$|\\boxed|\\fbox|\.$|^\\text"), False)
+        needs = pc.fill_null(pc.match_substring_regex(ans, r"^\s|\s$|\$|\\boxed|\\fbox|\.$|^\\text|^\\[\[(]"), False)
         if pc.any(needs).as_py():
             vals = ans.to_pylist()
             for i in pc.indices_nonzero(needs).to_pylist():

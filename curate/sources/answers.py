@@ -1,9 +1,10 @@
 """Gold-answer extraction and light normalization.
 
 ``last_boxed`` finds the final ``\\boxed{...}`` / ``\\boxed 5`` / ``\\fbox{...}`` of a solution with brace
-matching (nested braces are common in MATH: ``\\boxed{\\frac{1}{2}}``). ``clean_answer`` strips what is
-presentation, not content (surrounding ``$``, ``\\boxed``, trailing periods, ``\\text{}`` around a bare
-number). ``answer_type`` classifies an answer for the record's ``answer_type``.
+matching (nested braces are common in MATH: ``\\boxed{\\frac{1}{2}}``); ``distinct_boxes`` lists the boxes
+that differ after normalization (a solution whose boxes disagree gives no single gold). ``clean_answer`` strips what is
+presentation, not content (surrounding ``$``, ``\\[...\\]``, ``\\(...\\)``, ``\\boxed``, trailing periods,
+``\\text{}`` around a bare number). ``answer_type`` classifies an answer for the record's ``answer_type``.
 """
 
 from __future__ import annotations
@@ -61,6 +62,22 @@ def last_boxed(text: str | None) -> str | None:
     return boxes[-1] if boxes else None
 
 
+_DISPLAY = re.compile(r"^\\\[(.*)\\\]$|^\\\((.*)\\\)$", re.S)
+def distinct_boxes(text: str | None) -> list[str]:
+    """The boxes of a solution, cleaned, one per distinct normal form (``\\frac32`` and ``\\frac{3}{2}`` are one),
+    in order; more than one means the solution boxes several different things."""
+    if not text or ("boxed" not in text and "fbox" not in text):
+        return []
+    out: dict[str, str] = {}
+    for b in boxed_all(text):
+        c = clean_answer(b)
+        if c:
+            key = re.sub(r"\s+|\\[,;:! ]|\\left|\\right", "", c).replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
+            key = re.sub(r"\\(frac|sqrt)(\d)(\d)?", lambda m: f"\\{m[1]}{{{m[2]}}}" + (f"{{{m[3]}}}" if m[3] else ""), key)
+            out.setdefault(key, c)
+    return list(out.values())
+
+
 _TEXT_NUM = re.compile(r"^\\(?:text|textbf|mathrm|mbox)\{\s*([-+]?[\d.,]+)\s*\}$")
 
 
@@ -69,10 +86,13 @@ def clean_answer(ans: str | None) -> str | None:
     if ans is None:
         return None
     a = ans.strip()
-    for _ in range(3):
+    for _ in range(4):
         before = a
         if len(a) >= 2 and a[0] == "$" and a[-1] == "$":
             a = a.strip("$").strip()
+        m = _DISPLAY.match(a)
+        if m:  # \[ ... \] or \( ... \) around the whole answer (Omni-MATH)
+            a = (m.group(1) if m.group(1) is not None else m.group(2)).strip()
         inner = last_boxed(a) if a.startswith(("\\boxed", "\\fbox")) else None
         if inner is not None:
             a = inner

@@ -99,8 +99,9 @@ HANDWRITTEN: list[tuple[str, str, str | None, str | None, str]] = [
     ("hw-yesno-2", "True or false: every even integer greater than $2$ is a sum of two primes for $n<100$.",
      "True", None, "yesno"),
     ("hw-multi-1", "(a) Compute $3+4$. (b) Compute $3 \\cdot 4$.", "(a) 7 (b) 12", None, "multipart"),
+    # figure references are flagged (sig_figure), not rejected, by default (FilterConfig.flag_only)
     ("hw-figure-1", "In the figure shown, the shaded region has area $12$. Find the side of the square.", "4", None,
-     "figure"),
+     "keep"),
     ("hw-noanswer-1", "Compute the sum of the first $10$ positive integers.", None, None, "answer_missing"),
     ("hw-badanswer-1", "Compute $1/0$ in the extended sense.", "\\frac{1}{", None, "answer_unparseable"),
     ("hw-empty-1", "   ", "3", None, "problem_empty"),
