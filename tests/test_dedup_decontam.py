@@ -81,7 +81,7 @@ def test_decontam_exact_ngram_and_boilerplate(tmp_path):
     assert kind == ["exact", "ngram", None]
     assert bid[:2] == ["b2", "b1"] and bench[:2] == ["mybench", "mybench"]
     # Open-R1's rule (any shared 8-gram) also flags the boilerplate row
-    _, _, kind0 = idx.match(rows, DecontamConfig(min_overlap=0.0))
+    _, _, kind0 = idx.match(rows, DecontamConfig(min_overlap=0.0, min_shared=1))
     assert kind0 == ["exact", "ngram", "ngram"]
     # a reworded copy below min_overlap is still caught when it keeps all the item's numbers (500, 1000)
     reworded = pa.array(["Find the remainder when N is divided by 1000, where N counts the ordered pairs of positive "

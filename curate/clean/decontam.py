@@ -4,17 +4,24 @@ A benchmark is ``NAME=PATH`` (any file ``gradus ingest`` reads: JSONL, JSON, CSV
 name (``aime24``, ``aime25``, ``math500``, ``amc23``) that resolves to a local copy when one is found
 (``$GRADUS_BENCHMARKS`` or ``../shared/data``) and to its hub id otherwise.
 
-Rules (a row is contaminated when any fires; the first benchmark item matched is recorded):
-- exact: the row's normalized text (``curate.clean.text.exact_key``) equals a benchmark item's;
-- n-gram: the row shares word ``ngram``-grams with one benchmark item, and the shared n-grams cover at
-  least ``min_overlap`` of the smaller of the two n-gram sets; or they cover at least
-  ``min_overlap_numbers`` and every number of the benchmark item also appears in the row (a reworded
-  copy keeps the problem's numbers; shared boilerplate does not bring them). N-grams found in two or
-  more benchmark items are phrasing, not content, and are not indexed.
-  Open-R1's decontamination uses 8-grams with any single shared n-gram (``min_overlap=0``); Light-R1
-  uses 32-grams. On AIME 1983-2024 against AIME 2024, any-overlap flags 250 problems of earlier years
-  (competition boilerplate such as "can be written as m/n where m and n are relatively prime positive
-  integers"); the defaults flag the 14 problems of 2024 and nothing else (tests/test_realdata.py).
+Both sides are read the same way (escape damage repaired, ``curate.clean.text.canonical``: ``\\frac12`` is
+``\\frac{1}{2}``, ``\\(..\\)`` is ``$..$``). Rules (a row is contaminated when any fires; the first benchmark
+item matched is recorded):
+- exact: the row's normalized text (``exact_key``) equals a benchmark item's, or its word sequence does
+  (``sequence_keys``: the canonical tokens without question words, 3 of them or more, or 2 with a number of
+  two digits or more), which catches
+  formatting-only rewrites and a reworded "Compute"/"Find" on items too short for any n-gram;
+- n-gram: the row holds at least ``min_overlap`` of the benchmark item's distinct token ``ngram``-grams, and
+  never fewer than ``min_shared`` of them (or all, for an item with fewer); or it holds ``min_overlap_numbers``
+  of them, at least ``min_shared``, and every number of the item, when the item's numbers are telling (two or
+  more, one of them of two digits or more: "1, 2, 3" is in every other problem); a reworded copy keeps the
+  problem's numbers, shared boilerplate does not bring them. The share is of the
+  benchmark item's n-grams: a long row that quotes a short item's formula in passing is not a copy of it.
+  N-grams found in two or more benchmark items are phrasing, not content, and are not indexed.
+Open-R1's decontamination flags any single shared 8-gram (``min_overlap=0, min_shared=1``); Light-R1 uses
+32-grams. On AIME 1983-2024 against AIME 2024, any-overlap flags 139 problems of earlier years
+(competition boilerplate such as "can be written as m/n where m and n are relatively prime positive
+integers"); the defaults flag the 14 problems of 2024 and nothing else (tests/test_realdata.py).
 """
 
 from __future__ import annotations
@@ -26,9 +33,8 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from curate.clean.text import exact_key, ngram_hashes
+from curate.clean.text import exact_key, ngram_hashes, repair_escapes, sequence_keys
 from curate.core.errors import SourceError
 from curate.sources.adapters import apply_adapter, detect_adapter
 from curate.sources.readers import read_source
@@ -45,14 +51,15 @@ KNOWN_BENCHMARKS = {
 @dataclass(frozen=True)
 class DecontamConfig:
     benchmarks: tuple[str, ...] = field(default=(), metadata={"path": True})  # NAME=PATH or aime24/aime25/math500/amc23
-    ngram: int = 8  # Open-R1's decontamination default; Light-R1 uses 32
-    min_overlap: float = 0.5  # fraction of the smaller n-gram set; 0 = any shared n-gram (Open-R1)
-    min_overlap_numbers: float = 0.2  # lower bar when all the benchmark item's numbers are in the row
-    exact: bool = True  # also reject exact matches of the normalized text
+    ngram: int = 8  # n-gram length in tokens (Open-R1's decontamination uses 8; Light-R1 32)
+    min_overlap: float = 0.5  # share of the benchmark item's n-grams the row must hold; 0 = any shared n-gram
+    min_overlap_numbers: float = 0.2  # lower share when the row holds every number of the item (see above)
+    min_shared: int = 3  # and never fewer shared n-grams than this (or than the item has)
+    exact: bool = True  # also reject exact matches of the normalized text and of the word sequence
 
     def __post_init__(self) -> None:
-        if self.ngram < 1:
-            raise ValueError("ngram must be >= 1")
+        if self.ngram < 1 or self.min_shared < 1:
+            raise ValueError("ngram and min_shared must be >= 1")
         if not 0.0 <= self.min_overlap <= 1.0 or not 0.0 <= self.min_overlap_numbers <= 1.0:
             raise ValueError("min_overlap and min_overlap_numbers must be in [0, 1]")
 
@@ -85,6 +92,7 @@ class BenchmarkIndex:
     hashes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))  # sorted n-gram hashes
     owner: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # item of each hash
     exact: dict[str, int] = field(default_factory=dict)  # exact key -> item
+    sequence: dict[str, int] = field(default_factory=dict)  # word-sequence key -> item
     numbers: list[frozenset] = field(default_factory=list)  # per item: the numbers in its statement
 
     @classmethod
@@ -95,7 +103,7 @@ class BenchmarkIndex:
             name, where = resolve_benchmark(spec)
             for raw in read_source(where):
                 cols = apply_adapter(detect_adapter(raw), raw)
-                problems = pa.array(cols["problem"], pa.string())
+                problems, _ = repair_escapes(pa.array(cols["problem"], pa.string()))
                 base = len(idx.ids)
                 idx.names += [name] * len(problems)
                 idx.ids += [str(s) for s in cols["source_id"]]
@@ -103,6 +111,9 @@ class BenchmarkIndex:
                 for j, k in enumerate(exact_key(problems).to_pylist()):
                     if k:
                         idx.exact.setdefault(k, base + j)
+                for j, k in enumerate(sequence_keys(problems)):
+                    if _telling(k):
+                        idx.sequence.setdefault(k, base + j)
                 h, r = ngram_hashes(problems, ngram, short_docs=False)
                 pairs = np.unique(np.stack([h, r.astype(np.uint64)]), axis=1) if len(h) else np.zeros((2, 0), np.uint64)
                 all_h.append(pairs[0])
@@ -126,12 +137,15 @@ class BenchmarkIndex:
         bench: list = [None] * n
         bid: list = [None] * n
         kind: list = [None] * n
-        if cfg.exact and self.exact:
-            keys = exact_key(problems)
-            hit = pc.is_in(keys, value_set=pa.array(list(self.exact)))
-            for i in pc.indices_nonzero(pc.fill_null(hit, False)).to_pylist():
-                item = self.exact[keys[i].as_py()]
-                bench[i], bid[i], kind[i] = self.names[item], self.ids[item], "exact"
+        if cfg.exact and (self.exact or self.sequence):
+            keys = exact_key(problems).to_pylist()
+            seqs = sequence_keys(problems) if self.sequence else [""] * n
+            for i, (k, q) in enumerate(zip(keys, seqs, strict=True)):
+                item = self.exact.get(k) if k else None
+                if item is None and q:
+                    item = self.sequence.get(q)
+                if item is not None:
+                    bench[i], bid[i], kind[i] = self.names[item], self.ids[item], "exact"
         if len(self.hashes) == 0:
             return bench, bid, kind
         h, r = ngram_hashes(problems, self.ngram, short_docs=False)
@@ -140,7 +154,6 @@ class BenchmarkIndex:
         # distinct n-grams per row
         hr = np.unique(np.stack([h, r.astype(np.uint64)]), axis=1)
         h, r = hr[0], hr[1].astype(np.int64)
-        row_sizes = np.bincount(r, minlength=n)
         pos = np.searchsorted(self.hashes, h)
         found = (pos < len(self.hashes)) & (self.hashes[np.minimum(pos, len(self.hashes) - 1)] == h)
         if not found.any():
@@ -152,19 +165,30 @@ class BenchmarkIndex:
         rows_rep = np.repeat(hit_rows, counts)
         items = self.owner[np.concatenate([np.arange(s, e) for s, e in zip(hit_pos, ends, strict=False)])]
         pair_keys, shared = np.unique(np.stack([rows_rep, items]), axis=1, return_counts=True)
-        denom = np.minimum(row_sizes[pair_keys[0]], self.sizes[pair_keys[1]])
-        strong = shared >= np.maximum(1, np.ceil(cfg.min_overlap * denom))
-        weak = shared >= np.maximum(1, np.ceil(cfg.min_overlap_numbers * denom))
+        item_size = self.sizes[pair_keys[1]]
+        floor = np.minimum(cfg.min_shared, item_size)  # an item with 2 n-grams needs both
+        strong = shared >= np.maximum(floor, np.ceil(cfg.min_overlap * item_size))
+        weak = shared >= np.maximum(floor, np.ceil(cfg.min_overlap_numbers * item_size))
         plist = None
         for row, item, is_strong, is_weak in zip(pair_keys[0].tolist(), pair_keys[1].tolist(), strong, weak, strict=False):
             if kind[row] is not None or not (is_strong or is_weak):
                 continue
             if not is_strong:
+                nums = self.numbers[item]
+                if len(nums) < 2 or not any(len(x) >= 2 for x in nums):
+                    continue  # "1, 2, 3" is in every other problem: too few numbers to tell a copy
                 plist = plist if plist is not None else problems.to_pylist()
-                if not (self.numbers[item] and self.numbers[item] <= _numbers(plist[row])):
+                if not nums <= _numbers(plist[row]):
                     continue
             bench[row], bid[row], kind[row] = self.names[item], self.ids[item], "ngram"
         return bench, bid, kind
+
+
+def _telling(key: str) -> bool:
+    """A word-sequence key specific enough to match on: three tokens or more, or two with a number of two
+    digits or more ("sqrt 242")."""
+    toks = key.split()
+    return len(toks) >= 3 or (len(toks) == 2 and any(t.isdigit() and len(t) >= 2 for t in toks))
 
 
 def _numbers(text: str | None) -> frozenset:

@@ -74,6 +74,7 @@ def canonical(col: pa.Array | pa.ChunkedArray) -> pa.Array:
     """
     s = pc.utf8_lower(pc.utf8_normalize(pc.fill_null(col, ""), "NFKC"))
     s = pc.replace_substring_regex(s, r"\\[dt]frac", r"\\frac")
+    s = pc.replace_substring_regex(s, r"\\[dt]binom", r"\\binom")
     s = pc.replace_substring_regex(s, r"\\frac\s*([0-9a-z])\s*([0-9a-z])", r"\\frac{\1}{\2}")
     s = pc.replace_substring_regex(s, r"\\frac\s*([0-9a-z])\s*\{", r"\\frac{\1}{")
     s = pc.replace_substring_regex(s, r"\\frac\s*(\{[^{}]*\})\s*([0-9a-z])", r"\\frac\1{\2}")
