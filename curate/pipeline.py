@@ -20,9 +20,18 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from curate.clean.decontam import BenchmarkIndex, DecontamConfig, resolve_benchmark
-from curate.clean.dedup import DedupConfig, hash_strings, minhash, number_keys, plan
+from curate.clean.dedup import (
+    DedupConfig,
+    candidate_pairs,
+    clusters,
+    conflict_pairs,
+    hash_strings,
+    loose_ok,
+    minhash,
+    number_strings,
+)
 from curate.clean.filters import FilterConfig, apply_filters
-from curate.clean.text import content_ids, repair_escapes
+from curate.clean.text import asy_keys, content_ids, repair_escapes, sequence_keys
 from curate.core.config import ConfigError, check_keys, from_dict, load_file
 from curate.core.errors import SourceError
 from curate.core.manifest import Manifest
@@ -235,52 +244,118 @@ def decontam_stage(inputs: list[Path], out: Path, cfg: DecontamConfig, force: bo
 
 # ----------------------------------------------------------------------------------------------- dedup
 def dedup_stage(inputs: list[Path], out: Path, cfg: DedupConfig | None = None, force: bool = False) -> Manifest:
-    """Exact + near dedup across all input shards; one representative per cluster by source priority."""
+    """Exact + near dedup across all input shards; one representative per cluster by source priority; clusters
+    whose golds disagree are reported as ``gold_conflict`` (and keep no row by default)."""
     cfg = cfg or DedupConfig()
+    from curate.difficulty.grading import GRADER_VERSION, GradingPool
 
     def body(run: StageRun) -> None:
         dirs = _kept_dirs(inputs)
-        ids, ranks, answers, numbers, sigs, id_strs = [], [], [], [], [], []
+        ids, ranks, answers, numbers, sigs, id_strs, gold, src, sid, digits = [], [], [], [], [], [], [], [], [], []
+        years, drawings, statements = [], [], []
         prio = {s: i for i, s in enumerate(cfg.source_priority)}
         with run.timed("pass1_signatures"):
             for d in dirs:
-                for t in iter_batches(d, columns=["id", "source", "answer", "problem"]):
+                for t in iter_batches(d, columns=["id", "source", "source_id", "answer", "problem", "year"]):
                     ids.append(hash_strings(t["id"]))
                     id_strs.append(t["id"].to_numpy(zero_copy_only=False))
                     ranks.append(np.array([prio.get(s, len(prio)) for s in t["source"].to_pylist()], np.int64))
-                    answers.append(hash_strings(pc.replace_substring_regex(pc.fill_null(t["answer"], ""), r"\s+", "")))
-                    numbers.append(number_keys(t["problem"]))
+                    g = pc.replace_substring_regex(pc.fill_null(t["answer"], ""), r"\s+", "")
+                    answers.append(hash_strings(g))
+                    gold.append(pc.fill_null(t["answer"], "").to_numpy(zero_copy_only=False))
+                    src.append(t["source"].to_numpy(zero_copy_only=False))
+                    sid.append(t["source_id"].to_numpy(zero_copy_only=False))
+                    years.append(pc.fill_null(t["year"], -1).to_numpy(zero_copy_only=False).astype(np.int64))
+                    nums = number_strings(t["problem"])
+                    numbers.append(hash_strings(nums))
+                    digits.append(nums.to_numpy(zero_copy_only=False))
+                    asy = asy_keys(t["problem"])
+                    drawings.append(np.where(pc.equal(asy, "").to_numpy(zero_copy_only=False), np.uint64(0),
+                                             hash_strings(asy)))
+                    statements.append(hash_strings(pa.array(sequence_keys(t["problem"]), pa.string())))
                     if cfg.near:
                         sigs.append(minhash(t["problem"], cfg))
         n = sum(len(x) for x in ids)
         cat = (lambda xs, dt: np.concatenate(xs) if xs else np.zeros(0, dt))  # noqa: E731
-        with run.timed("clusters"):
-            rep, kind = plan(cat(ids, np.uint64), cat(ranks, np.int64), cat(answers, np.uint64),
-                             cat(numbers, np.uint64), np.concatenate(sigs) if (cfg.near and sigs) else None, cfg)
-        all_ids = cat(id_strs, object)
+        all_ids, golds = cat(id_strs, object), cat(gold, object)
+        hashes, ans = cat(ids, np.uint64), cat(answers, np.uint64)
+        with run.timed("pairs"):
+            year = cat(years, np.int64)
+            u, v, agree, strict = candidate_pairs(hashes, cat(numbers, np.uint64),
+                                                  np.concatenate(sigs) if (cfg.near and sigs) else None, cfg,
+                                                  cat(digits, object), cat(drawings, np.uint64), year)
+            loose = loose_ok(agree, strict, (year[u] == year[v]) & (year[u] >= 0), golds[u], cfg)
+            stmt = cat(statements, np.uint64)
+            same_statement = (hashes[u] == hashes[v]) | (stmt[u] == stmt[v])
         del sigs  # the signatures are the largest thing held: gone before the second pass
+        with run.timed("golds"):
+            same = ans[u] == ans[v]
+            todo = np.flatnonzero(~same & (strict | loose | same_statement))
+            if len(todo):  # golds written differently: math-verify decides ("073" is 73)
+                with GradingPool(timeout_s=cfg.gold_timeout_s) as pool:
+                    verdict = pool.same_answer([(golds[u[j]], golds[v[j]]) for j in todo])
+                same[todo] = [x is True for x in verdict]
+                run.extra["gold_compare"] = {"pairs": int(len(todo)), "same": int(sum(x is True for x in verdict)),
+                                             "undecided": int(sum(x is None for x in verdict))}
+        with run.timed("clusters"):
+            rep, kind = clusters(n, u, v, strict, loose, same, same_statement, hashes, cat(ranks, np.int64), cfg)
+        sources, source_ids = cat(src, object), cat(sid, object)
+        conflicts = _conflict_clusters(rep, u, v, same, same_statement, golds, sources, source_ids, all_ids, cfg)
         run.extra["dedup"] = {
-            "clusters_with_duplicates": int(len(np.unique(rep[kind > 0]))),
+            "clusters_with_duplicates": int(len(np.unique(rep[(kind == 1) | (kind == 2)]))),
             "exact_duplicates": int((kind == 1).sum()),
             "near_duplicates": int((kind == 2).sum()),
+            "gold_conflict_rows": int(sum(len(c["rows"]) for c in conflicts)),
+            "gold_conflict_clusters": len(conflicts),
         }
+        run.extra["gold_conflicts"] = conflicts[:500]
+        detail_of = {}
+        for c in conflicts:
+            text = "answers: " + " | ".join(f"{r['answer']} ({r['source']} {r['source_id']})" for r in c["rows"])
+            for r in c["rows"]:
+                detail_of[r["row"]] = text[:500]
         start = 0
+        reason_of = {1: "dedup_exact", 2: "dedup_near", 3: "gold_conflict"}
         for d in dirs:
             for t in iter_batches(d):
                 m = t.num_rows
                 r, k = rep[start : start + m], kind[start : start + m]
-                start += m
                 cluster = pa.array(all_ids[r], pa.string())
                 t = t.set_column(t.schema.get_field_index("dedup_cluster"), "dedup_cluster", cluster)
                 dup = k > 0
                 rej = t.filter(pa.array(dup))
-                reasons = np.where(k[dup] == 1, "dedup_exact", "dedup_near").tolist()
-                details = [f"kept {x}" for x in all_ids[r[dup]]]
+                rows = np.flatnonzero(dup) + start
+                reasons = [reason_of[int(x)] for x in k[dup]]
+                details = [detail_of.get(int(j), f"kept {all_ids[rep[j]]}") for j in rows]
+                start += m
                 run.emit(t.filter(pa.array(~dup)), reject_table(rej, "dedup", reasons, details) if rej.num_rows else None)
         if start != n:
             raise StageError(f"dedup: the second pass read {start} rows, the first {n}: the input changed during the run")
 
-    return run_stage("dedup", out, input_entries(inputs), asdict(cfg), body, force=force, input_folders=inputs)
+    config = {**asdict(cfg), "grader_version": GRADER_VERSION}  # math-verify decides which golds are one answer
+    return run_stage("dedup", out, input_entries(inputs), config, body, force=force, input_folders=inputs)
+
+
+def _conflict_clusters(rep, u, v, same, same_statement, golds, sources, source_ids, ids, cfg: DedupConfig) -> list[dict]:
+    """Each cluster whose golds disagree: its rows (source, id, gold) and the distinct golds, for the manifest,
+    the card and the reject details. With ``conflicts="keep"`` the clusters are listed all the same."""
+    bad = conflict_pairs(same, same_statement, cfg)
+    comps: dict[int, None] = {}
+    for a, b in zip(u[bad].tolist(), v[bad].tolist(), strict=True):
+        if rep[a] == rep[b]:
+            comps[int(rep[a])] = None
+    if not comps:
+        return []
+    members: dict[int, list[int]] = {c: [] for c in comps}
+    for j in np.flatnonzero(np.isin(rep, list(comps))).tolist():
+        members[int(rep[j])].append(j)
+    out = []
+    for c, rows in members.items():
+        out.append({"kept": None if cfg.conflicts == "drop" else str(ids[c]),
+                    "answers": list(dict.fromkeys(str(golds[j]) for j in rows)),
+                    "rows": [{"row": j, "id": str(ids[j]), "source": str(sources[j]), "source_id": str(source_ids[j]),
+                              "answer": str(golds[j])} for j in rows]})
+    return out
 
 
 # --------------------------------------------------------------------------------------------- curate

@@ -115,8 +115,9 @@ def _merge_ingest(steps: list[dict]) -> list[dict]:
 def _duplicates(p: Path, m: Manifest) -> dict:
     sizes: Counter[str] = Counter()
     kept_ids: Counter[str] = Counter()
-    for t in iter_batches(p / "rejected", columns=["dedup_cluster"]):
-        kept_ids.update(x for x in t["dedup_cluster"].to_pylist() if x)
+    for t in iter_batches(p / "rejected", columns=["dedup_cluster", "reject_reason"]):
+        kept_ids.update(x for x, why in zip(t["dedup_cluster"].to_pylist(), t["reject_reason"].to_pylist(), strict=True)
+                        if x and why != "gold_conflict")
     kept_source: Counter[str] = Counter()
     if kept_ids:
         for t in iter_batches(p / "kept", columns=["id", "source"]):
@@ -128,7 +129,12 @@ def _duplicates(p: Path, m: Manifest) -> dict:
     return {"exact": st.get("exact_duplicates", m.rejected_by_reason.get("dedup_exact", 0)),
             "near": st.get("near_duplicates", m.rejected_by_reason.get("dedup_near", 0)),
             "clusters": len(kept_ids), "cluster_sizes": dict(sorted(sizes.items(), key=lambda kv: int(kv[0]))),
-            "kept_copy_from_source": dict(kept_source.most_common()), "config": m.config}
+            "kept_copy_from_source": dict(kept_source.most_common()), "config": m.config,
+            "gold_conflicts": {"rows": st.get("gold_conflict_rows", 0), "clusters": st.get("gold_conflict_clusters", 0),
+                               "policy": m.config.get("conflicts", "drop"),
+                               "list": [{"answers": c["answers"], "rows": [{k: r[k] for k in ("source", "source_id", "answer")}
+                                                                           for r in c["rows"]]}
+                                        for c in m.stats.get("gold_conflicts", [])[:100]]}}
 
 
 def _contamination(p: Path, m: Manifest) -> dict:

@@ -298,6 +298,15 @@ def render_body(card: dict, plots: list[str]) -> str:
         sizes = ", ".join(f"{n:,} of {k}" for k, n in d["cluster_sizes"].items()) or "none"
         p.append(f"{d['exact']:,} exact and {d['near']:,} near duplicates removed, in {d['clusters']:,} clusters "
                  f"(clusters by size: {sizes}). The copy kept came from: {_kv(d['kept_copy_from_source'])}.\n")
+        g = d.get("gold_conflicts") or {}
+        if g.get("clusters"):
+            fate = "none of their rows is kept" if g["policy"] == "drop" else "their best-ranked row is kept"
+            p.append(f"\n**Gold conflicts.** {g['clusters']:,} problems appear with golds that math-verify finds "
+                     f"different ({g['rows']:,} rows); {fate} (`dedup.conflicts`). The first "
+                     f"{min(30, len(g['list']))}:\n")
+            p.append(_table(["golds", "rows (source id: gold)"],
+                            [[" / ".join(c["answers"]), "; ".join(f"{r['source']} {r['source_id']}: {r['answer']}"
+                                                                   for r in c["rows"])] for c in g["list"][:30]]))
     if card.get("contamination"):
         c = card["contamination"]
         p.append("## Contamination\n")
@@ -413,6 +422,9 @@ def show_text(card: dict) -> str:
     if card.get("duplicates"):
         d = card["duplicates"]
         lines.append(f"  duplicates: {d['exact']:,} exact, {d['near']:,} near, {d['clusters']:,} clusters")
+        if (d.get("gold_conflicts") or {}).get("clusters"):
+            g = d["gold_conflicts"]
+            lines.append(f"  gold conflicts: {g['clusters']:,} problems with two golds ({g['rows']:,} rows, {g['policy']})")
     if card.get("contamination"):
         lines.append(f"  contamination: {card['contamination']['by_benchmark'] or 'none found'}")
     if card.get("difficulty"):

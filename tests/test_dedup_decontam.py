@@ -88,3 +88,56 @@ def test_decontam_exact_ngram_and_boilerplate(tmp_path):
                          "integers whose product is a perfect square below 500."])
     assert idx.match(reworded, DecontamConfig())[2] == ["ngram"]
     assert idx.match(reworded, DecontamConfig(min_overlap_numbers=1.0))[2] == [None]
+
+
+# --- through the stage, on ingested rows: shingles that keep math, golds compared as math, conflicts --------------
+def _dedup(tmp_path, rows, **cfg):
+    import json
+
+    from curate.core.shards import read_table
+    from curate.pipeline import dedup_stage, ingest
+
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    src = tmp_path / "rows.jsonl"
+    src.write_text("".join(json.dumps({"id": f"r{i}", "problem": p, "answer": a}) + "\n" for i, (p, a) in enumerate(rows)))
+    ingest(str(src), tmp_path / "i")
+    m = dedup_stage([tmp_path / "i"], tmp_path / "d", DedupConfig(**cfg))
+    folder = tmp_path / "d" / "rejected"
+    rows = read_table(folder).to_pylist() if folder.exists() and any(folder.iterdir()) else []
+    return m, {r["source_id"]: (r["reject_reason"], r["reject_detail"]) for r in rows}
+
+
+def test_trig_and_operator_neighbours_are_not_merged(tmp_path):
+    """Same golds, one command or bracket apart: different problems (they merged when shingles dropped commands)."""
+    _, rej = _dedup(tmp_path, [("Compute $\\tan 180^\\circ$.", "0"), ("Compute $\\sin 180^\\circ$.", "0"),
+                               ("Compute $\\cos 45^\\circ$.", "\\frac{\\sqrt{2}}{2}"),
+                               ("Compute $\\sin 45^\\circ$.", "\\frac{\\sqrt{2}}{2}"),
+                               ("What is $88 \\div (4 \\div 2)$?", "44"), ("What is $88 \\div 4 \\div 2$?", "11")])
+    assert rej == {}
+
+
+def test_golds_are_compared_as_math_and_conflicts_keep_no_row(tmp_path):
+    p = "Find the number of positive integers $n < 1000$ such that $n^2 + 1$ is divisible by $13$ and by $17$ too."
+    q = "How many ordered pairs $(a, b)$ of positive integers satisfy $a + b = 100$ and $\\gcd(a, b) = 5$ here?"
+    m, rej = _dedup(tmp_path, [(p, "073"), (p, "73"), (q, "12"), (q + " ", "6")])
+    assert rej["r1"][0] == "dedup_exact"  # 073 is 73: one problem, one row kept
+    assert rej["r2"][0] == rej["r3"][0] == "gold_conflict"  # one text, two golds: neither is kept
+    assert "12 (generic r2)" in rej["r2"][1] and "6 (generic r3)" in rej["r2"][1]
+    assert m.stats["dedup"]["gold_conflict_clusters"] == 1 and m.stats["gold_conflicts"][0]["answers"] == ["12", "6"]
+    _, rej = _dedup(tmp_path / "keep", [(q, "12"), (q, "6")], conflicts="keep")
+    assert list(rej.values())[0][0] == "dedup_exact"  # conflicts="keep": the best row stays, the conflict is listed
+
+
+def test_two_transcriptions_of_one_aime_problem_merge_only_with_one_gold(tmp_path):
+    a = ("A coin that comes up heads with probability $p > 0$ and tails with probability $1 - p > 0$ independently on "
+         "each flip is flipped eight times. Suppose the probability of three heads and five tails is equal to "
+         "$\\frac {1}{25}$ of the probability of five heads and three tails. Let $p = \\frac {m}{n}$, where $m$ and $n$ "
+         "are relatively prime positive integers. Find $m + n$.")
+    b = ("A coin that comes up heads with probability $p > 0$ and tails with probability $1 - p > 0$ independently on "
+         "each flip is flipped $8$ times. Suppose that the probability of three heads and five tails is equal to "
+         "$\\frac {1}{25}$ of the probability of five heads and three tails. Let $p = \\frac {m}{n}$ where $m$ and $n$ "
+         "are relatively prime positive integers. Find $m+n$.")
+    _, rej = _dedup(tmp_path / "same", [(a, "11"), (b, "011")])
+    assert rej["r1"][0] == "dedup_near"
+    _, rej = _dedup(tmp_path / "other", [(a, "11"), (b, "12")])
+    assert rej == {}  # a looser pair with two golds is not a conflict: it is not known to be one problem

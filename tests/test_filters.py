@@ -49,6 +49,14 @@ def _reason(problem, answer="5", qtype=None, cfg=None, valid=None):
         # --- figures
         ("In the figure, [asy]draw((0,0)--(1,1));[/asy] find the slope.", "1", None, None),
         ("The rows are shown below. $$\\begin{array}{c} 1 \\\\ 1\\ 1 \\end{array}$$ Find row 5's sum.", "16", None, None),
+        # --- the statement carries its solution (ORZ's collapsed AoPS solutions, DeepScaleR's appended sections)
+        ("Find $N$.\n\n<details><summary>Solution</summary>*Solution.* $\\boxed{573}$ Observe that", "573", None,
+         "solution_in_problem"),
+        ("Find $p+q$.\nQuickest Method of Solving\n This is a combination of Solutions 1 and 2.", "96", None,
+         "solution_in_problem"),
+        ("Find $x$ if $2x = 10$. So $x = \\boxed{5}$.", "5", None, "solution_in_problem"),
+        ("Find $a+b$. \\( \\boxed{} \\)", "7", None, None),  # an empty box to fill is an instruction
+        ("For any integer $x$, $\\boxed{x}$ is the product of its factors. Find $\\boxed{6}$.", "36", None, None),
         # --- broken or empty text
         ("   ", "3", None, "problem_empty"),
         ("\x00\x01\x02 x", "3", None, "problem_not_text"),

@@ -147,3 +147,70 @@ def test_decontam_repairs_the_benchmark_side(real_data, tmp_path):
     bench = f"omni={real_data / 'omni_math_rule/omni_math_rule.jsonl'}"
     m = decontam_stage([tmp_path / "i"], tmp_path / "d", DecontamConfig(benchmarks=(bench,)))
     assert m.rows_in == 2821 and m.rows_kept == 0
+
+
+def _dedup_real(real_data, tmp_path, files, filters=False):
+    from curate.clean.dedup import DedupConfig
+    from curate.clean.filters import FilterConfig
+    from curate.pipeline import dedup_stage
+
+    dirs = []
+    for i, rel in enumerate(files):
+        ingest(str(real_data / rel), tmp_path / f"i{i}")
+        dirs.append(tmp_path / f"i{i}")
+    if filters:  # the text filters, as the pipeline runs them before dedup (the gold gate left out: slow)
+        filter_stage(dirs, tmp_path / "f", FilterConfig(gold_gate=False))
+        dirs = [tmp_path / "f"]
+    m = dedup_stage(dirs, tmp_path / "d", DedupConfig())
+    return m, read_table(tmp_path / "d" / "kept").to_pylist(), read_table(tmp_path / "d" / "rejected").to_pylist()
+
+
+def test_dedup_keeps_apart_what_only_a_command_tells_apart(real_data, tmp_path):
+    """MATH test + DeepScaleR's MATH train: tan/sin 180, cos/sin 225, cos/sin 45 and 88 / (4 / 2) vs 88 / 4 / 2 were
+    merged when shingles dropped commands and operators; each stays, and 073-style golds still merge."""
+    _, kept, rej = _dedup_real(real_data, tmp_path, ["math_hendrycks/test/test.jsonl", "deepscaler/train/math.json"])
+    kept_ids = {(r["source"], r["source_id"]) for r in kept}
+    for key in [("math", "1941"), ("math", "1945"), ("math", "1731"), ("deepscaler", "math.json:2610"),
+                ("math", "1816"), ("deepscaler", "math.json:2701"), ("deepscaler", "math.json:6405"),
+                ("deepscaler", "math.json:6477")]:
+        assert key in kept_ids, key
+    assert not [r for r in rej if r["reject_reason"] == "gold_conflict"]
+
+
+def test_three_aime_copies_collapse(real_data, tmp_path):
+    """The Kaggle AIME file, the AIMO-2 variant and DeepScaleR's AIME: 96 problems were kept twice (golds compared
+    as strings, "073" vs "73"; diagram code and credits in the shingles; rewordings below the threshold)."""
+    import re
+
+    files = ["aime_1983_2024/AIME_Dataset_1983_2024.kaggle_original.csv",
+             "aime_1983_2024/AIME_1983_2025_grpo_aimo2_variant.csv", "deepscaler/train/aime.json"]
+    _, kept, _ = _dedup_real(real_data, tmp_path, files, filters=True)  # one copy carries its solution
+    raw = json.loads((real_data / "deepscaler/train/aime.json").read_text())
+
+    def key(r):
+        if r["source"] == "deepscaler":
+            x = raw[int(r["source_id"].split(":")[1])]
+            return str(x["year"]), {"1": "I", "2": "II"}.get(str(x.get("aime_number") or ""), ""), int(x["problem_number"])
+        m = re.match(r"(\d{4})[-_](?:AIME_)?(?:(I+)[-_])?(\d+)$", r["source_id"])
+        return (m[1], m[2] or "", int(m[3])) if m else r["source_id"]
+
+    seen: dict = {}
+    for r in kept:
+        seen.setdefault(key(r), []).append(r["source"])
+    twice = {k: v for k, v in seen.items() if len(v) > 1}
+    # left: a copy with a hint appended (2015-I-12), a rewording at estimated Jaccard 0.49 (2015-II-15) and one at
+    # 0.55 that no LSH band caught (2003-II-2)
+    assert len(twice) <= 3, sorted(twice)
+
+
+def test_gold_conflicts_between_omni_and_orz(real_data, tmp_path):
+    """Three Omni-MATH problems also in ORZ with other golds: reported, and neither copy kept."""
+    m, kept, rej = _dedup_real(real_data, tmp_path, ["orz/orz_math_57k_collected.prefix.json",
+                                                     "orz/orz_math_72k_collection_extended.prefix.json",
+                                                     "omni_math_rule/omni_math_rule.jsonl"])
+    conflicts = m.stats["gold_conflicts"]
+    golds = sorted(tuple(sorted(c["answers"])) for c in conflicts)
+    assert ("714", "718") in golds and ("5", "\\frac{13}{4}") in golds and len(conflicts) == 3
+    rows = {(r["source"], r["source_id"]) for r in rej if r["reject_reason"] == "gold_conflict"}
+    assert ("omni_math", "omni_math_rule.jsonl:330") in rows and ("orz", "orz_math_57k_collected.prefix.json:578") in rows
+    assert not rows & {(r["source"], r["source_id"]) for r in kept}

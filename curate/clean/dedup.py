@@ -1,14 +1,25 @@
-"""Deduplication: exact (same normalized text) and near (MinHash LSH on word n-grams), one kept per cluster.
+"""Deduplication: exact (same normalized text) and near (MinHash LSH on token n-grams), one kept per cluster.
 
-Two passes over the shards. Pass 1 reads only ``id``, ``source``, ``answer`` and ``problem`` batch by
-batch and keeps, per row, a few integers and a MinHash signature (``num_perm`` uint32); memory grows
-with rows (about 400 bytes a row at the defaults), never with text. Candidate pairs come from exact
-``id`` matches and from LSH band collisions; a near pair is confirmed only when the signatures agree on
-at least ``threshold`` of their hashes (estimated Jaccard) and, by default, both the sequence of numbers
-in the statements and the gold answers match: in math, two statements one number apart are different
-problems ("gcd of 76 and 36" vs "gcd of 76 and 8" share most shingles and even the answer 4).
-Clusters are connected components; the representative is the row of the best-ranked source
-(``source_priority``), then the earliest row. Pass 2 streams the rows again and writes them out.
+Two passes over the shards. Pass 1 reads only ``id``, ``source``, ``source_id``, ``answer`` and ``problem`` batch
+by batch and keeps, per row, a few integers, the gold string and a MinHash signature (``num_perm`` uint32);
+memory grows with rows (about 500 bytes a row at the defaults), never with statement text. Candidate pairs
+come from exact ``id`` matches and from LSH band collisions; a near pair is confirmed only when the
+signatures agree on at least ``threshold`` of their hashes (estimated Jaccard of the token shingles, which
+keep command names and operators: ``\\cos 45^\\circ`` and ``\\sin 45^\\circ`` differ) and, by default, the
+statements hold the same numbers (in math, two statements one number apart are different problems: "gcd of 76
+and 36" vs "gcd of 76 and 8").
+
+A looser tier (``loose_threshold``, one statement holding every number of the other) catches two
+transcriptions of one problem ("flipped eight times" / "flipped $8$ times", ``m/n`` / ``\\frac{m}{n}``): such a
+pair merges only when both rows declare the same year, or when it agrees on ``telling_threshold`` and its gold
+is telling. A near pair whose statements carry different ``[asy]`` drawings is never a pair.
+
+The golds of each pair are then compared with math-verify (``073`` and ``73``, ``\\frac13`` and ``\\frac{1}{3}``
+are one answer). Same gold: the rows merge. Other golds: the same statement (same content id or the same
+``sequence_keys``) is one problem with a wrong gold somewhere, a ``gold_conflict`` whose cluster keeps no row
+by default; any other pair with two golds is two problems. Clusters are connected components; the representative
+is the row of the best-ranked source (``source_priority``), then the earliest row. Pass 2 streams the rows
+again and writes them out.
 
 MinHash here is vectorized with numpy over a whole batch of shingles (universal hashing
 ``(a*x + b) >> 32`` with odd 64-bit ``a``), the scheme datasketch and datatrove implement per document.
@@ -22,17 +33,23 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from curate.clean.text import ngram_hashes
+from curate.clean.text import canonical, ngram_hashes
 
 
 @dataclass(frozen=True)
 class DedupConfig:
     near: bool = True  # near-duplicate detection on top of exact
     ngram: int = 3  # word shingle size: short problems need short shingles
-    bands: int = 16  # LSH bands x rows = num_perm; 16x6 puts the S-curve midpoint near Jaccard 0.63
-    rows: int = 6
-    threshold: float = 0.8  # estimated Jaccard needed to confirm a near pair
-    require_same_answer: bool = True  # a near pair with different gold answers is not a duplicate
+    # LSH bands x rows = num_perm (96): 24x4 makes a pair at Jaccard 0.5 a candidate with p = 0.79, at 0.7 with
+    # p = 0.9997 (S-curve midpoint (1/24)^(1/4) = 0.45); every candidate is then checked on its whole signature
+    bands: int = 24
+    rows: int = 4
+    threshold: float = 0.8  # estimated Jaccard that confirms a near pair (with the same numbers)
+    loose_threshold: float = 0.5  # a looser pair: one holds the other's numbers, and the golds must be one answer
+    require_same_answer: bool = True  # merge only pairs whose golds math-verify finds equal
+    telling_threshold: float = 0.7  # a loose pair without a shared declared year needs this and a telling gold
+    conflicts: str = "drop"  # drop: a cluster whose golds disagree keeps no row; keep: its best row as usual
+    gold_timeout_s: int = 5  # math-verify's seconds per gold comparison
     require_same_numbers: bool = True  # nor one whose statements hold different numbers
     seed: int = 42  # MinHash permutation seed
     # Preferred sources first (competition originals over re-collections); unlisted ones rank after, in order seen.
@@ -42,8 +59,10 @@ class DedupConfig:
     def __post_init__(self) -> None:
         if self.ngram < 1 or self.bands < 1 or self.rows < 1:
             raise ValueError("ngram, bands and rows must be >= 1")
-        if not 0.0 < self.threshold <= 1.0:
-            raise ValueError("threshold must be in (0, 1]")
+        if not all(0.0 < x <= 1.0 for x in (self.threshold, self.telling_threshold, self.loose_threshold)):
+            raise ValueError("threshold, loose_threshold and telling_threshold must be in (0, 1]")
+        if self.conflicts not in ("drop", "keep"):
+            raise ValueError(f"conflicts must be drop or keep, not {self.conflicts!r}")
 
     @property
     def num_perm(self) -> int:
@@ -97,25 +116,30 @@ def _first_of_groups(keys: np.ndarray) -> np.ndarray:
     return first_idx[inv]
 
 
-def plan(
-    ids: np.ndarray,
-    ranks: np.ndarray,
-    answers: np.ndarray,
-    numbers: np.ndarray,
-    sigs: np.ndarray | None,
-    cfg: DedupConfig,
-):
-    """Decide every row: returns (rep index per row, kind per row: 0 kept, 1 exact dup, 2 near dup).
+def candidate_pairs(ids: np.ndarray, numbers: np.ndarray, sigs: np.ndarray | None, cfg: DedupConfig,
+                    digits: np.ndarray | None = None, drawings: np.ndarray | None = None,
+                    years: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Pairs of rows that may state one problem: ``(u, v, agree, strict)``.
 
-    ``ids``: uint64 exact-content hashes; ``ranks``: source priority (lower is better); ``answers``:
-    uint64 hashes of the normalized gold answer; ``numbers``: uint64 hashes of the statement's number
-    sequence (``number_keys``); ``sigs``: (n, num_perm) signatures or None.
+    Exact pairs link each row to the first row with its content id (``agree`` 1.0, strict). Near pairs are LSH
+    band collisions whose signatures agree on at least ``threshold`` of their hashes (estimated Jaccard of the
+    token shingles) and, with ``require_same_numbers``, whose statements hold the same numbers (strict); or,
+    given ``digits`` (each statement's numbers, space-separated), that agree on at least ``loose_threshold``
+    and whose numbers one holds all of the other's (loose: two transcriptions of one problem, "flipped eight
+    times" and "flipped $8$ times", which ``clusters`` merges only on stronger evidence). Given ``drawings``
+    (uint64 hash of each statement's ``[asy]`` code, 0 when none), a near pair whose two drawings differ is no
+    pair (MATH has problems that share every word and differ only in the figure) unless both rows declare the
+    same year in ``years`` (-1: none): two transcriptions of one AIME problem draw its figure differently.
     """
     n = len(ids)
     idx = np.arange(n)
     first = _first_of_groups(ids)
-    us, vs = [idx[first != idx]], [first[first != idx]]
+    dup = first != idx
+    us, vs, ag, st = [idx[dup]], [first[dup]], [np.ones(int(dup.sum()))], [np.ones(int(dup.sum()), bool)]
     if sigs is not None and n:
+        lowest = min(cfg.threshold, cfg.loose_threshold) if digits is not None else cfg.threshold
+        counts = (pc.count_substring_regex(pa.array(digits, pa.string()), "[0-9]+").to_numpy(zero_copy_only=False)
+                  if digits is not None else None)
         for band in range(cfg.bands):
             chunk = np.ascontiguousarray(sigs[:, band * cfg.rows : (band + 1) * cfg.rows])
             keys = chunk.view(np.dtype((np.void, chunk.dtype.itemsize * cfg.rows))).ravel()
@@ -124,22 +148,93 @@ def plan(
             if len(cand) == 0:
                 continue
             agree = (sigs[cand] == sigs[f[cand]]).mean(axis=1)
-            ok = agree >= cfg.threshold
-            if cfg.require_same_answer:
-                ok &= answers[cand] == answers[f[cand]]
-            if cfg.require_same_numbers:
-                ok &= numbers[cand] == numbers[f[cand]]
+            keep = agree >= lowest
+            if drawings is not None:
+                d1, d2 = drawings[cand], drawings[f[cand]]
+                same_year = (years[cand] == years[f[cand]]) & (years[cand] >= 0) if years is not None else False
+                keep &= (d1 == 0) | (d2 == 0) | (d1 == d2) | same_year
+            cand, other, agree = cand[keep], f[cand[keep]], agree[keep]
+            same_numbers = numbers[cand] == numbers[other] if cfg.require_same_numbers else np.ones(len(cand), bool)
+            strict = (agree >= cfg.threshold) & same_numbers
+            ok = strict.copy()
+            if counts is not None and digits is not None:
+                ok |= same_numbers  # as many numbers, the same ones: nested
+                # one holds more numbers than the other: is it all of the other's? (a Python look at these few)
+                for j in np.flatnonzero(~ok & (counts[cand] != counts[other])).tolist():
+                    ok[j] = _numbers_nested(digits[cand[j]], digits[other[j]])
             us.append(cand[ok])
-            vs.append(f[cand[ok]])
-    comp = _components(n, np.concatenate(us), np.concatenate(vs))
+            vs.append(other[ok])
+            ag.append(agree[ok])
+            st.append(strict[ok])
+    u, v = np.concatenate(us).astype(np.int64), np.concatenate(vs).astype(np.int64)
+    _, first_seen = np.unique(u * max(n, 1) + v, return_index=True)  # a pair found by several bands, once
+    first_seen.sort()
+    return u[first_seen], v[first_seen], np.concatenate(ag)[first_seen], np.concatenate(st)[first_seen]
+
+
+def _numbers_nested(a: str, b: str) -> bool:
+    """One statement holds every number of the other (as multisets)."""
+    from collections import Counter
+
+    ca, cb = Counter(a.split()), Counter(b.split())
+    return not (ca - cb) or not (cb - ca)
+
+
+def conflict_pairs(same_gold: np.ndarray, same_statement: np.ndarray, cfg: DedupConfig) -> np.ndarray:
+    """Which candidate pairs state one problem with two golds: the same statement (same content id, or the same
+    ``sequence_keys``: equal up to formatting and the wording of the ask) whose golds math-verify finds
+    different. A near pair with other golds is two problems ("cos A" and "cos C" of one triangle)."""
+    if not cfg.require_same_answer:
+        return np.zeros(len(same_gold), bool)
+    return ~same_gold & same_statement
+
+
+def loose_ok(agree: np.ndarray, strict: np.ndarray, same_year: np.ndarray, golds_u: np.ndarray,
+             cfg: DedupConfig) -> np.ndarray:
+    """Which loose pairs (see ``candidate_pairs``) may merge when their golds are one answer: both rows declare
+    the same year (two copies of one competition's problem), or they agree on ``telling_threshold`` of their
+    hashes and the gold is telling (not empty, not one digit): "3" or "5" is the answer of many a problem."""
+    g = pc.utf8_lower(pa.array(golds_u, pa.string()).fill_null(""))
+    telling = pc.greater_equal(pc.utf8_length(pc.replace_substring_regex(g, "[^0-9a-z]", "")), 2)
+    telling = telling.to_numpy(zero_copy_only=False)
+    return ~strict & (same_year | ((agree >= cfg.telling_threshold) & telling))
+
+
+def clusters(n: int, u: np.ndarray, v: np.ndarray, strict: np.ndarray, loose: np.ndarray, same_gold: np.ndarray,
+             same_statement: np.ndarray, ids: np.ndarray, ranks: np.ndarray,
+             cfg: DedupConfig) -> tuple[np.ndarray, np.ndarray]:
+    """Decide every row from its candidate pairs: returns (rep index per row, kind per row).
+
+    Kinds: 0 kept, 1 exact duplicate, 2 near duplicate, 3 gold conflict. A strict pair with one gold merges, and
+    so does a loose pair that ``loose_ok`` admits; a pair with two golds is a conflict when it is one statement
+    (``conflict_pairs``) and otherwise two problems. A cluster holding a conflict keeps none of its rows
+    (``conflicts="drop"``) or its best-ranked row as usual (``"keep"``); its rows' ``rep`` is the cluster's
+    best-ranked row either way.
+    """
+    idx = np.arange(n)
+    merge = (strict | loose) & (same_gold | (not cfg.require_same_answer))
+    conflict = conflict_pairs(same_gold, same_statement, cfg)
+    link = merge | conflict
+    comp = _components(n, u[link], v[link])
     order = np.lexsort((idx, ranks, comp))
     comp_sorted = comp[order]
-    is_first = np.r_[True, comp_sorted[1:] != comp_sorted[:-1]]
+    is_first = np.r_[True, comp_sorted[1:] != comp_sorted[:-1]] if n else np.zeros(0, bool)
     rep_of_comp = np.empty(n, dtype=np.int64)
     rep_of_comp[comp_sorted[is_first]] = order[is_first]
     rep = rep_of_comp[comp]
     kind = np.where(rep == idx, 0, np.where(ids == ids[rep], 1, 2)).astype(np.int8)
+    if cfg.conflicts == "drop" and conflict.any():
+        kind[np.isin(comp, comp[u[conflict]])] = 3
     return rep, kind
+
+
+def plan(ids: np.ndarray, ranks: np.ndarray, answers: np.ndarray, numbers: np.ndarray, sigs: np.ndarray | None,
+         cfg: DedupConfig) -> tuple[np.ndarray, np.ndarray]:
+    """``candidate_pairs`` (strict pairs only) then ``clusters``, with golds compared as hashes (``answers``:
+    uint64 per row); the stage compares the golds of pairs whose strings differ with math-verify instead."""
+    u, v, agree, strict = candidate_pairs(ids, numbers, sigs, cfg)
+    return clusters(len(ids), u, v, strict, np.zeros(len(u), bool), answers[u] == answers[v], ids[u] == ids[v], ids,
+                    ranks, cfg)
 
 
 def hash_strings(col: pa.Array | pa.ChunkedArray) -> np.ndarray:
@@ -150,7 +245,12 @@ def hash_strings(col: pa.Array | pa.ChunkedArray) -> np.ndarray:
     return pd.util.hash_array(vals.astype(object), categorize=True)
 
 
+def number_strings(col: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """The numbers of each statement, space-separated, from the ``canonical`` form."""
+    return pc.utf8_trim_whitespace(pc.replace_substring_regex(canonical(col), r"[^0-9]+", " "))
+
+
 def number_keys(col: pa.Array | pa.ChunkedArray) -> np.ndarray:
-    """uint64 hash of the sequence of numbers in each statement ("gcd of 76 and 36" -> "76 36")."""
-    digits = pc.utf8_trim_whitespace(pc.replace_substring_regex(pc.fill_null(col, ""), r"[^0-9]+", " "))
-    return hash_strings(digits)
+    """uint64 hash of the sequence of numbers in each statement ("gcd of 76 and 36" -> "76 36"), read from the
+    ``canonical`` form (drawing code and credits dropped, ``\\frac12`` spelled ``\\frac{1}{2}``)."""
+    return hash_strings(number_strings(col))

@@ -157,6 +157,24 @@ def _unbalanced(t: pa.Table, c: FilterConfig) -> pa.Array:
     return pc.not_equal(opens, closes)
 
 
+# the statement carries its own solution: a collapsed "Solution" block (ORZ's AoPS copies), a solution or
+# "Quickest Method of Solving" section after the problem (DeepScaleR's AIME copies), or the gold itself boxed
+_SOLUTION_BLOCK = r"(?i)<summary>\s*solution|\n\s*(?:\*?solution\b|quickest method of solving\b)"
+
+
+_BOX_OPEN = re.compile(r"\\boxed\s*\{\s*")
+
+
+def _solution_in_problem(t: pa.Table, c: FilterConfig) -> pa.Array:
+    p, a = t["problem"], t["answer"]
+    boxed = _re(p, r"\\boxed\s*\{")
+    if pc.any(boxed).as_py():  # few rows: is the gold itself in a box of the statement?
+        ps, as_ = p.to_pylist(), a.to_pylist()
+        boxed = pa.array([bool(f) and bool(as_[i]) and f"\\boxed{{{as_[i].strip()}}}" in _BOX_OPEN.sub(r"\\boxed{", ps[i])
+                          for i, f in enumerate(boxed.to_pylist())], pa.bool_())
+    return _any(_re(p, _SOLUTION_BLOCK), boxed)
+
+
 def _qtype(t: pa.Table, pattern: str) -> pa.Array:
     return _re(t["question_type"], pattern) if "question_type" in t.column_names else pa.array([False] * len(t))
 
@@ -327,6 +345,8 @@ STEPS: list[Step] = [
     Step("problem_not_text", None, _problem_not_text, "control characters / replacement chars: binary junk"),
     Step("problem_too_long", None, _problem_too_long, "longer than max_problem_chars"),
     Step("problem_unbalanced_braces", None, _unbalanced, "unescaped { and } do not balance: broken LaTeX"),
+    Step("solution_in_problem", None, _solution_in_problem, "the statement carries its solution (a 'Solution' "
+         "block or section, or the gold boxed): the answer leaks into the prompt"),
     Step("mcq", "sig_mcq", _mcq, "options (A)...(C), option lines, 'which of the following', letter answer, MCQ"),
     Step("proof", "sig_proof", _proof, "prove/show that with nothing else asked, declared proof, answer 'proof'/'notfound'"),
     Step("yesno", "sig_yesno", _yesno, "answer yes/no/true/false; 'true or false' or 'determine whether' the only ask"),

@@ -57,22 +57,27 @@ _TYPESETTING = (
     r"|quad|qquad|limits|nolimits|noindent|newline|medskip|smallskip|bigskip|hfill|cr|label|tag|nonumber|phantom)\b"
     r"|\\[,;:! ]|\\\\|\\[()\[\]]|\$|~|&"
 )
+# Not the statement: drawing code (one copy of an AIME problem carries the AoPS diagram's [asy] source, another
+# does not) and a trailing wiki credit ("~MRENTHUSIASM", "~ pi_is_3.14").
+_NOT_STATEMENT = r"(?s)\[asy\].*?\[/asy\]|\s~\s?[a-z][\w.]*(?:\s*,\s*[a-z][\w.]*)*\s*$"
 # Question words dropped from the word-sequence key: rewording "Compute" as "Find" or "What is" does not
 # make another problem.
 _ASK_WORDS = frozenset("find compute calculate evaluate determine simplify what whats is are the value of work out "
                        "give obtain get express".split())
+_ASK_ARRAY = pa.array(sorted(_ASK_WORDS))
 
 
 def canonical(col: pa.Array | pa.ChunkedArray) -> pa.Array:
     """One normal form for shingles and benchmark matching, applied the same way to both sides.
 
-    NFKC, lowercase, ``\\dfrac``/``\\tfrac`` folded to ``\\frac`` and the brace-less shorthands spelled out
-    (``\\frac12`` -> ``\\frac{1}{2}``, ``\\sqrt2`` -> ``\\sqrt{2}``), degrees written one way (``^\\circ``,
-    ``^{\\circ}``, U+00B0 -> `` deg ``), then typesetting removed: math delimiters (``$``, ``\\(``, ``\\[``),
-    spacing, sizing and font commands, environments. Command names that carry meaning (``\\sin``, ``\\cos``,
-    ``\\frac``, ``\\div``, ``\\le``) stay.
+    NFKC, lowercase, drawing code (``[asy]...[/asy]``) and trailing wiki credits dropped, ``\\dfrac``/``\\tfrac``
+    folded to ``\\frac`` and the brace-less shorthands spelled out (``\\frac12`` -> ``\\frac{1}{2}``, ``\\sqrt2`` ->
+    ``\\sqrt{2}``), degrees written one way (``^\\circ``, ``^{\\circ}``, U+00B0 -> `` deg ``), then typesetting
+    removed: math delimiters (``$``, ``\\(``, ``\\[``), spacing, sizing and font commands, environments. Command
+    names that carry meaning (``\\sin``, ``\\cos``, ``\\frac``, ``\\div``, ``\\le``) stay.
     """
     s = pc.utf8_lower(pc.utf8_normalize(pc.fill_null(col, ""), "NFKC"))
+    s = pc.replace_substring_regex(s, _NOT_STATEMENT, " ")
     s = pc.replace_substring_regex(s, r"\\[dt]frac", r"\\frac")
     s = pc.replace_substring_regex(s, r"\\[dt]binom", r"\\binom")
     s = pc.replace_substring_regex(s, r"\\frac\s*([0-9a-z])\s*([0-9a-z])", r"\\frac{\1}{\2}")
@@ -108,7 +113,25 @@ def sequence_keys(col: pa.Array | pa.ChunkedArray) -> list[str]:
     Equal keys mean the same statement up to formatting and the wording of the ask, which protects short
     items that have too few words for an n-gram rule.
     """
-    return [" ".join(t for t in (row or []) if t not in _ASK_WORDS) for row in tokens(col).to_pylist()]
+    toks = tokens(col)
+    flat = toks.flatten()
+    keep = pc.invert(pc.is_in(flat, value_set=_ASK_ARRAY))
+    counts = pc.list_value_length(toks).fill_null(0).to_numpy(zero_copy_only=False)
+    starts = np.r_[0, np.cumsum(counts)]
+    kept_before = np.r_[0, np.cumsum(keep.to_numpy(zero_copy_only=False).astype(np.int64))]
+    offsets = pa.array(kept_before[starts].astype(np.int32))
+    joined = pc.binary_join(pa.ListArray.from_arrays(offsets, flat.filter(keep)), " ")
+    return joined.to_pylist()
+
+
+def asy_keys(col: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """The drawing code of each statement (its ``[asy]`` blocks, whitespace removed), "" when it has none: two
+    MATH problems can share every word and differ only in the figure's numbers."""
+    col = pc.fill_null(col, "")
+    has = pc.match_substring(col, "[asy]")
+    code = pc.replace_substring_regex(col, r"(?s)^.*?\[asy\]|\[/asy\].*?\[asy\]|\[/asy\].*$", "")
+    code = pc.replace_substring_regex(code, r"\s+", "")
+    return pc.if_else(has, code, pa.scalar(""))
 
 
 def _word_hashes(flat: pa.Array) -> np.ndarray:
