@@ -306,7 +306,7 @@ def render_body(card: dict, plots: list[str]) -> str:
                      f"{min(30, len(g['list']))}:\n")
             p.append(_table(["golds", "rows (source id: gold)"],
                             [[" / ".join(c["answers"]), "; ".join(f"{r['source']} {r['source_id']}: {r['answer']}"
-                                                                   for r in c["rows"])] for c in g["list"][:30]]))
+                                                                   for r in c["rows"])] for c in g["list"][:30]]) + "\n")
     if card.get("contamination"):
         c = card["contamination"]
         p.append("## Contamination\n")
