@@ -301,7 +301,9 @@ def render_body(card: dict, plots: list[str]) -> str:
         g = d.get("gold_conflicts") or {}
         if g.get("clusters"):
             fate = "none of their rows is kept" if g["policy"] == "drop" else "their best-ranked row is kept"
-            p.append(f"\n**Gold conflicts.** {g['clusters']:,} problems appear with golds that math-verify finds "
+            many = g["clusters"] != 1
+            p.append(f"\n**Gold conflicts.** {g['clusters']:,} problem{'s' if many else ''} appear{'' if many else 's'} "
+                     "with golds that math-verify finds "
                      f"different ({g['rows']:,} rows); {fate} (`dedup.conflicts`). The first "
                      f"{min(30, len(g['list']))}:\n")
             p.append(_table(["golds", "rows (source id: gold)"],

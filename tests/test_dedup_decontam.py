@@ -141,3 +141,12 @@ def test_two_transcriptions_of_one_aime_problem_merge_only_with_one_gold(tmp_pat
     assert rej["r1"][0] == "dedup_near"
     _, rej = _dedup(tmp_path / "other", [(a, "11"), (b, "12")])
     assert rej == {}  # a looser pair with two golds is not a conflict: it is not known to be one problem
+
+
+def test_the_card_lists_gold_conflicts(tmp_path):
+    from data_cards.render import write_card
+
+    q = "How many ordered pairs $(a, b)$ of positive integers satisfy $a + b = 100$ and $\\gcd(a, b) = 5$ here?"
+    _dedup(tmp_path, [(q, "12"), (q, "6")])
+    text = write_card(tmp_path).read_text()
+    assert "**Gold conflicts.** 1 problem appears" in text and "| 12 / 6 | generic r0: 12; generic r1: 6 |" in text
