@@ -69,7 +69,7 @@ def _ambiguous_boxes(boxes: list, reject: list, detail: list, pool) -> int:
                 pairs.append((b, bx[-1]))
                 owners.append(i)
     same = pool.same_answer(pairs) if pairs else []
-    bad = sorted({i for i, ok in zip(owners, same, strict=True) if ok is not True})
+    bad = sorted({i for i, ok in zip(owners, same, strict=True) if ok is False})  # a timeout decides nothing
     for i in bad:
         reject[i] = "answer_ambiguous"
         detail[i] = "boxes: " + " | ".join(boxes[i])[:300]
@@ -111,8 +111,10 @@ def ingest(
     if adapter and adapter not in ADAPTERS:
         raise SourceError(f"unknown adapter {adapter!r}; choose one of {', '.join(ADAPTERS)}")
     mapped = mapped_adapter(parse_mapping(mapping)) if mapping else None
+    from curate.difficulty.grading import GRADER_VERSION
+
     config = {"format": fmt, "adapter": adapter, "mapping": mapping, "source_name": source_name,
-              "rules": INGEST_RULES}
+              "rules": INGEST_RULES, "grader_version": GRADER_VERSION}  # math-verify judges a solution's boxes
     inputs = [{"source": spec, "fingerprint": file_fingerprint(spec)}]
     local = Path(spec)
 
@@ -290,17 +292,20 @@ def dedup_stage(inputs: list[Path], out: Path, cfg: DedupConfig | None = None, f
         del sigs  # the signatures are the largest thing held: gone before the second pass
         with run.timed("golds"):
             same = ans[u] == ans[v]
+            differ = ~same
             todo = np.flatnonzero(~same & (strict | loose | same_statement))
-            if len(todo):  # golds written differently: math-verify decides ("073" is 73)
+            if len(todo):  # golds written differently: math-verify decides ("073" is 73); None decides nothing
                 with GradingPool(timeout_s=cfg.gold_timeout_s) as pool:
                     verdict = pool.same_answer([(golds[u[j]], golds[v[j]]) for j in todo])
                 same[todo] = [x is True for x in verdict]
+                differ[todo] = [x is False for x in verdict]
                 run.extra["gold_compare"] = {"pairs": int(len(todo)), "same": int(sum(x is True for x in verdict)),
                                              "undecided": int(sum(x is None for x in verdict))}
         with run.timed("clusters"):
-            rep, kind = clusters(n, u, v, strict, loose, same, same_statement, hashes, cat(ranks, np.int64), cfg)
+            rep, kind = clusters(n, u, v, strict, loose, same, differ, same_statement, hashes, cat(ranks, np.int64),
+                                 cfg)
         sources, source_ids = cat(src, object), cat(sid, object)
-        conflicts = _conflict_clusters(rep, u, v, same, same_statement, golds, sources, source_ids, all_ids, cfg)
+        conflicts = _conflict_clusters(rep, u, v, differ, same_statement, golds, sources, source_ids, all_ids, cfg)
         run.extra["dedup"] = {
             "clusters_with_duplicates": int(len(np.unique(rep[(kind == 1) | (kind == 2)]))),
             "exact_duplicates": int((kind == 1).sum()),
@@ -311,7 +316,8 @@ def dedup_stage(inputs: list[Path], out: Path, cfg: DedupConfig | None = None, f
         run.extra["gold_conflicts"] = conflicts[:500]
         detail_of = {}
         for c in conflicts:
-            text = "answers: " + " | ".join(f"{r['answer']} ({r['source']} {r['source_id']})" for r in c["rows"])
+            text = (f"kept {c['kept']}; " if c["kept"] else "") + "answers: " + " | ".join(
+                f"{r['answer']} ({r['source']} {r['source_id']})" for r in c["rows"])
             for r in c["rows"]:
                 detail_of[r["row"]] = text[:500]
         start = 0
@@ -336,10 +342,11 @@ def dedup_stage(inputs: list[Path], out: Path, cfg: DedupConfig | None = None, f
     return run_stage("dedup", out, input_entries(inputs), config, body, force=force, input_folders=inputs)
 
 
-def _conflict_clusters(rep, u, v, same, same_statement, golds, sources, source_ids, ids, cfg: DedupConfig) -> list[dict]:
+def _conflict_clusters(rep, u, v, differ, same_statement, golds, sources, source_ids, ids,
+                       cfg: DedupConfig) -> list[dict]:
     """Each cluster whose golds disagree: its rows (source, id, gold) and the distinct golds, for the manifest,
     the card and the reject details. With ``conflicts="keep"`` the clusters are listed all the same."""
-    bad = conflict_pairs(same, same_statement, cfg)
+    bad = conflict_pairs(differ, same_statement, cfg)
     comps: dict[int, None] = {}
     for a, b in zip(u[bad].tolist(), v[bad].tolist(), strict=True):
         if rep[a] == rep[b]:

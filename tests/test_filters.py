@@ -164,7 +164,9 @@ def test_clean_traps_pass(problem, answer):
         ("Is the set (a) empty, (b) non-empty finite, (c) countably infinite, or (d) uncountable?", "a", "mcq"),
         ("Is $f(x) = x^3$ even, odd, or neither?\n\nEnter \"odd\", \"even\", or \"neither\".", "\\text{odd}", "mcq"),
         ("A birdbath fills. Which one is it?\n\nProvide the correct letter (A, B, C, D, or E) answer.", "A", "mcq"),
+        ("A 3-digit number is chosen at random. Which option is correct?", "A", "mcq"),  # the article is no object
         # proofs stay proofs
+        ("Prove that $\\sqrt 2$ is irrational, and give an example of another irrational number.", "\\sqrt 3", "proof"),
         ("For every positive integer $n$ show that the number of decompositions is $2^{n-1}$", "2^{n-1}", "proof"),
         ("Prove that there are infinitely many primes.", "\\infty", "proof"),
     ],

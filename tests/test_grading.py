@@ -214,3 +214,8 @@ def test_same_answer_compares_golds_as_math(pool):
              ("12", "6"), ("-2", "1"), ("(3,-5)", "(0,0)")]
     assert pool.same_answer(pairs) == [True, True, True, True, False, False, False]
     assert pool.same_answer([("73", "073")]) == [True]  # order does not matter (memoized as one pair)
+
+
+def test_same_answer_edge_cases(pool):
+    assert pool.same_answer([("", "12"), ("12345678901234567890", "12345678901234567891"), ("0.50", ".5")]) == [
+        None, False, True]

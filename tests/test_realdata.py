@@ -33,7 +33,7 @@ pytestmark = pytest.mark.realdata
 def test_every_row_ingests(real_data, tmp_path, rel, adapter, rows):
     m = ingest(str(real_data / rel), tmp_path / "o")
     assert m.stats["adapter"] == adapter
-    ambiguous = 15 if adapter == "math" else 0  # solutions whose boxes disagree (test below)
+    ambiguous = 14 if adapter == "math" else 0  # solutions whose boxes disagree (test below)
     assert m.rows_in == rows and m.rows_kept == rows - ambiguous, m.rejected_by_reason
     t = read_table(tmp_path / "o" / "kept", columns=["problem", "answer", "source", "id"])
     assert all(t[c].type == "string" for c in ("problem", "answer", "source", "id"))
@@ -45,7 +45,8 @@ def test_math_solutions_whose_boxes_disagree_are_rejected(real_data, tmp_path):
     m = ingest(str(real_data / "math_hendrycks/test/test.jsonl"), tmp_path / "math")
     rej = {r["source_id"]: r["reject_detail"] for r in read_table(tmp_path / "math" / "rejected").to_pylist()
            if r["reject_reason"] == "answer_ambiguous"}
-    assert len(rej) == m.stats["answer_ambiguous"] == 15
+    assert len(rej) == m.stats["answer_ambiguous"] == 14
+    assert "3837" not in rej  # its first box is the problem's blank, \boxed{\phantom{2}}: not an answer
     assert rej["414"] == "boxes: -2 | 1"  # "find all solutions": the last box alone would make the gold 1
     assert rej["333"] == "boxes: -3 | 3"
     kept = {r["source_id"]: r["answer"] for r in read_table(tmp_path / "math" / "kept").to_pylist()}
@@ -106,10 +107,11 @@ def test_aime_decontam_against_aime24_flags_only_2024(real_data, tmp_path):
     assert len(rej) == n2024 == 14  # the Kaggle file holds 14 of the 2024 problems: every one is found
     assert all(r["contam_benchmark"] == "aime24" and r["contam_id"] for r in rej)
     assert m.stats["contaminated_by_benchmark"] == {"aime24": 14}
-    # Open-R1's any-shared-8-gram rule flags boilerplate in other years (measured: 139 with shared
+    # Open-R1's any-shared-8-gram rule flags boilerplate in other years (measured: 113 of other years with shared
     # n-grams dropped from the index)
     m0 = decontam_stage([tmp_path / "i"], tmp_path / "d0",
-                        DecontamConfig(benchmarks=(bench,), min_overlap=0.0, min_overlap_numbers=1.0, min_shared=1))
+                        DecontamConfig(benchmarks=(bench,), min_overlap=0.0, min_overlap_numbers=1.0, min_shared=1,
+                                       require_numbers=False))
     assert m0.rows_rejected > 100
 
 
@@ -204,13 +206,38 @@ def test_three_aime_copies_collapse(real_data, tmp_path):
 
 
 def test_gold_conflicts_between_omni_and_orz(real_data, tmp_path):
-    """Three Omni-MATH problems also in ORZ with other golds: reported, and neither copy kept."""
+    """One problem, two golds: four Omni-MATH problems also in ORZ with other golds, and two Omni-MATH copies of one
+    USAMO problem (written with \\ldots and \\dots); reported, and no copy kept. Each was checked by hand: the
+    golds 718, 13/4, 66 and 2 ceil(n/2) are the wrong ones."""
     m, kept, rej = _dedup_real(real_data, tmp_path, ["orz/orz_math_57k_collected.prefix.json",
                                                      "orz/orz_math_72k_collection_extended.prefix.json",
                                                      "omni_math_rule/omni_math_rule.jsonl"])
     conflicts = m.stats["gold_conflicts"]
     golds = sorted(tuple(sorted(c["answers"])) for c in conflicts)
-    assert ("714", "718") in golds and ("5", "\\frac{13}{4}") in golds and len(conflicts) == 3
+    assert len(conflicts) == 5
+    assert ("714", "718") in golds and ("5", "\\frac{13}{4}") in golds and ("6", "66") in golds
+    assert ("2 \\left\\lceil \\frac{n}{2} \\right\\rceil", "\\left\\lceil \\frac{n}{2} \\right\\rceil") in golds
     rows = {(r["source"], r["source_id"]) for r in rej if r["reject_reason"] == "gold_conflict"}
     assert ("omni_math", "omni_math_rule.jsonl:330") in rows and ("orz", "orz_math_57k_collected.prefix.json:578") in rows
     assert not rows & {(r["source"], r["source_id"]) for r in kept}
+
+
+def test_merges_read_as_different_problems_stay_apart(real_data, tmp_path):
+    """tests/data/near_merge_audit.jsonl: near merges on all the files, read pair by pair (removed row, kept row,
+    same or different problem). The pairs read as different were merged by a first draft of these rules; none is
+    merged now, except four AIME problems paired with a corrupted copy that carries the original's gold."""
+    from pathlib import Path
+
+    audit = [json.loads(x) for x in (Path(__file__).parent / "data" / "near_merge_audit.jsonl").read_text().splitlines()]
+    different = [(r["removed"], r["kept"]) for r in audit if r["verdict"] == "different" and "merge_accepted" not in r]
+    assert len(different) == 14
+    files = ["math_hendrycks/test/test.jsonl", "aime_1983_2024/AIME_Dataset_1983_2024.kaggle_original.csv",
+             "deepscaler/train/aime.json", "deepscaler/train/math.json", "orz/orz_math_57k_collected.prefix.json",
+             "orz/orz_math_72k_collection_extended.prefix.json", "omni_math_rule/omni_math_rule.jsonl",
+             "deepmath_roll/math_deepmath_deal.jsonl"]
+    _, kept, rej = _dedup_real(real_data, tmp_path, files)
+    cluster = {f"{r['source']} {r['source_id']}": r["id"] for r in kept}
+    cluster.update({f"{r['source']} {r['source_id']}": r["dedup_cluster"] for r in rej})
+    assert all(a in cluster and b in cluster for a, b in different)
+    merged = [(a, b) for a, b in different if a in cluster and cluster[a] == cluster.get(b)]
+    assert merged == []

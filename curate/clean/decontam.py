@@ -17,9 +17,12 @@ item matched is recorded):
   more, one of them of two digits or more: "1, 2, 3" is in every other problem); a reworded copy keeps the
   problem's numbers, shared boilerplate does not bring them. The share is of the
   benchmark item's n-grams: a long row that quotes a short item's formula in passing is not a copy of it.
+  Either way the row must hold every number of the item (a sibling of a template with other numbers is another
+  problem), and no match stands between two statements whose ``[asy]`` drawings differ.
   N-grams found in two or more benchmark items are phrasing, not content, and are not indexed.
-Open-R1's decontamination flags any single shared 8-gram (``min_overlap=0, min_shared=1``); Light-R1 uses
-32-grams. On AIME 1983-2024 against AIME 2024, any-overlap flags 139 problems of earlier years
+Open-R1's decontamination flags any single shared 8-gram (``min_overlap=0, min_shared=1,
+require_numbers=False``); Light-R1 uses
+32-grams. On AIME 1983-2024 against AIME 2024, any-overlap flags 113 problems of earlier years
 (competition boilerplate such as "can be written as m/n where m and n are relatively prime positive
 integers"); the defaults flag the 14 problems of 2024 and nothing else (tests/test_realdata.py).
 """
@@ -28,13 +31,14 @@ from __future__ import annotations
 
 import os
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 
-from curate.clean.text import exact_key, ngram_hashes, repair_escapes, sequence_keys
+from curate.clean.text import asy_keys, canonical, exact_key, ngram_hashes, repair_escapes, sequence_keys
 from curate.core.errors import SourceError
 from curate.sources.adapters import apply_adapter, detect_adapter
 from curate.sources.readers import read_source
@@ -55,6 +59,7 @@ class DecontamConfig:
     min_overlap: float = 0.5  # share of the benchmark item's n-grams the row must hold; 0 = any shared n-gram
     min_overlap_numbers: float = 0.2  # lower share when the row holds every number of the item (see above)
     min_shared: int = 3  # and never fewer shared n-grams than this (or than the item has)
+    require_numbers: bool = True  # an n-gram match must hold every number of the item
     exact: bool = True  # also reject exact matches of the normalized text and of the word sequence
 
     def __post_init__(self) -> None:
@@ -93,7 +98,8 @@ class BenchmarkIndex:
     owner: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # item of each hash
     exact: dict[str, int] = field(default_factory=dict)  # exact key -> item
     sequence: dict[str, int] = field(default_factory=dict)  # word-sequence key -> item
-    numbers: list[frozenset] = field(default_factory=list)  # per item: the numbers in its statement
+    numbers: list[Counter] = field(default_factory=list)  # per item: the numbers of its canonical statement
+    drawings: list[str] = field(default_factory=list)  # per item: its [asy] code ("" when none)
 
     @classmethod
     def build(cls, specs: tuple[str, ...], ngram: int, drop_shared: bool = True) -> BenchmarkIndex:
@@ -107,7 +113,8 @@ class BenchmarkIndex:
                 base = len(idx.ids)
                 idx.names += [name] * len(problems)
                 idx.ids += [str(s) for s in cols["source_id"]]
-                idx.numbers += [_numbers(p) for p in problems.to_pylist()]
+                idx.numbers += [_numbers(c) for c in canonical(problems).to_pylist()]
+                idx.drawings += asy_keys(problems).to_pylist()
                 for j, k in enumerate(exact_key(problems).to_pylist()):
                     if k:
                         idx.exact.setdefault(k, base + j)
@@ -137,6 +144,11 @@ class BenchmarkIndex:
         bench: list = [None] * n
         bid: list = [None] * n
         kind: list = [None] * n
+        drawings = asy_keys(problems).to_pylist() if any(self.drawings) else [""] * n
+
+        def other_figure(row: int, item: int) -> bool:  # the same words around another drawing: another problem
+            return bool(drawings[row]) and bool(self.drawings[item]) and drawings[row] != self.drawings[item]
+
         if cfg.exact and (self.exact or self.sequence):
             keys = exact_key(problems).to_pylist()
             seqs = sequence_keys(problems) if self.sequence else [""] * n
@@ -144,7 +156,7 @@ class BenchmarkIndex:
                 item = self.exact.get(k) if k else None
                 if item is None and q:
                     item = self.sequence.get(q)
-                if item is not None:
+                if item is not None and not other_figure(i, item):
                     bench[i], bid[i], kind[i] = self.names[item], self.ids[item], "exact"
         if len(self.hashes) == 0:
             return bench, bid, kind
@@ -169,16 +181,18 @@ class BenchmarkIndex:
         floor = np.minimum(cfg.min_shared, item_size)  # an item with 2 n-grams needs both
         strong = shared >= np.maximum(floor, np.ceil(cfg.min_overlap * item_size))
         weak = shared >= np.maximum(floor, np.ceil(cfg.min_overlap_numbers * item_size))
-        plist = None
+        row_numbers: list | None = None
         for row, item, is_strong, is_weak in zip(pair_keys[0].tolist(), pair_keys[1].tolist(), strong, weak, strict=False):
-            if kind[row] is not None or not (is_strong or is_weak):
+            if kind[row] is not None or not (is_strong or is_weak) or other_figure(row, item):
                 continue
-            if not is_strong:
-                nums = self.numbers[item]
-                if len(nums) < 2 or not any(len(x) >= 2 for x in nums):
-                    continue  # "1, 2, 3" is in every other problem: too few numbers to tell a copy
-                plist = plist if plist is not None else problems.to_pylist()
-                if not nums <= _numbers(plist[row]):
+            nums = self.numbers[item]
+            telling = len(nums) >= 2 and any(len(x) >= 2 for x in nums)  # "1, 2, 3" is in every other problem
+            if not is_strong and not telling:
+                continue
+            if nums and cfg.require_numbers:  # a copy keeps the problem's numbers; a template's sibling does not
+                if row_numbers is None:
+                    row_numbers = [_numbers(c) for c in canonical(problems).to_pylist()]
+                if nums - row_numbers[row]:  # some number of the item (or one of its repeats) is missing
                     continue
             bench[row], bid[row], kind[row] = self.names[item], self.ids[item], "ngram"
         return bench, bid, kind
@@ -191,6 +205,7 @@ def _telling(key: str) -> bool:
     return len(toks) >= 3 or (len(toks) == 2 and any(t.isdigit() and len(t) >= 2 for t in toks))
 
 
-def _numbers(text: str | None) -> frozenset:
-    """The numbers written in a statement (digit runs, thousands separators folded)."""
-    return frozenset(re.findall(r"\d+", re.sub(r"(?<=\d),(?=\d{3})", "", text or "")))
+def _numbers(canonical_text: str | None) -> Counter:
+    """The numbers of a statement in ``canonical`` form, with their counts (``\\frac12`` is 1 and 2 on both sides;
+    a sibling that turns ``g(2)`` into ``g(5)`` keeps the other 2 but not both)."""
+    return Counter(re.findall(r"\d+", canonical_text or ""))

@@ -180,13 +180,14 @@ def _numbers_nested(a: str, b: str) -> bool:
     return not (ca - cb) or not (cb - ca)
 
 
-def conflict_pairs(same_gold: np.ndarray, same_statement: np.ndarray, cfg: DedupConfig) -> np.ndarray:
+def conflict_pairs(differ: np.ndarray, same_statement: np.ndarray, cfg: DedupConfig) -> np.ndarray:
     """Which candidate pairs state one problem with two golds: the same statement (same content id, or the same
     ``sequence_keys``: equal up to formatting and the wording of the ask) whose golds math-verify finds
-    different. A near pair with other golds is two problems ("cos A" and "cos C" of one triangle)."""
+    different (``differ``: decided different; a timeout or a missing gold decides nothing). A near pair with
+    other golds is two problems ("cos A" and "cos C" of one triangle)."""
     if not cfg.require_same_answer:
-        return np.zeros(len(same_gold), bool)
-    return ~same_gold & same_statement
+        return np.zeros(len(differ), bool)
+    return differ & same_statement
 
 
 def loose_ok(agree: np.ndarray, strict: np.ndarray, same_year: np.ndarray, golds_u: np.ndarray,
@@ -201,19 +202,19 @@ def loose_ok(agree: np.ndarray, strict: np.ndarray, same_year: np.ndarray, golds
 
 
 def clusters(n: int, u: np.ndarray, v: np.ndarray, strict: np.ndarray, loose: np.ndarray, same_gold: np.ndarray,
-             same_statement: np.ndarray, ids: np.ndarray, ranks: np.ndarray,
+             differ: np.ndarray, same_statement: np.ndarray, ids: np.ndarray, ranks: np.ndarray,
              cfg: DedupConfig) -> tuple[np.ndarray, np.ndarray]:
     """Decide every row from its candidate pairs: returns (rep index per row, kind per row).
 
     Kinds: 0 kept, 1 exact duplicate, 2 near duplicate, 3 gold conflict. A strict pair with one gold merges, and
     so does a loose pair that ``loose_ok`` admits; a pair with two golds is a conflict when it is one statement
-    (``conflict_pairs``) and otherwise two problems. A cluster holding a conflict keeps none of its rows
-    (``conflicts="drop"``) or its best-ranked row as usual (``"keep"``); its rows' ``rep`` is the cluster's
-    best-ranked row either way.
+    (``conflict_pairs``) and otherwise two problems; an undecided pair (a timeout, a missing gold) does neither.
+    A cluster holding a conflict keeps none of its rows (``conflicts="drop"``) or its best-ranked row as usual
+    (``"keep"``); its rows' ``rep`` is the cluster's best-ranked row either way.
     """
     idx = np.arange(n)
     merge = (strict | loose) & (same_gold | (not cfg.require_same_answer))
-    conflict = conflict_pairs(same_gold, same_statement, cfg)
+    conflict = conflict_pairs(differ, same_statement, cfg)
     link = merge | conflict
     comp = _components(n, u[link], v[link])
     order = np.lexsort((idx, ranks, comp))
@@ -233,8 +234,8 @@ def plan(ids: np.ndarray, ranks: np.ndarray, answers: np.ndarray, numbers: np.nd
     """``candidate_pairs`` (strict pairs only) then ``clusters``, with golds compared as hashes (``answers``:
     uint64 per row); the stage compares the golds of pairs whose strings differ with math-verify instead."""
     u, v, agree, strict = candidate_pairs(ids, numbers, sigs, cfg)
-    return clusters(len(ids), u, v, strict, np.zeros(len(u), bool), answers[u] == answers[v], ids[u] == ids[v], ids,
-                    ranks, cfg)
+    same = answers[u] == answers[v]
+    return clusters(len(ids), u, v, strict, np.zeros(len(u), bool), same, ~same, ids[u] == ids[v], ids, ranks, cfg)
 
 
 def hash_strings(col: pa.Array | pa.ChunkedArray) -> np.ndarray:

@@ -90,8 +90,8 @@ _PROOF_ANSWER = r"(?i)^\s*(?:proof|notfound|not found|\\text\{proof\})\s*$"
 # the problem also asks for something checkable: "Show that the limit exists and determine it", "prove that ... and
 # find the smallest c", "What is this color? (It is necessary to show that it is the only one.)"
 _ASKS_VALUE = (
-    r"(?i)(?:^|[.?!:;$]\s*|\n\s*|\band\s+|\bthen\s+|,\s*|\bso,?\s+|\balso\s+)(?:find|compute|calculate|evaluate|determine"
-    r"|express|give)\b|\b(?:what|how many|how much|which)\b[^.?!]*\?"
+    r"(?i)(?:^|[.?!:;$]\s*|\n\s*|\band\s+|\bthen\s+|,\s*|\bso,?\s+|\balso\s+)(?:find|compute|calculate|evaluate|determine)"
+    r"\b|\b(?:what|how many|how much|which)\b[^.?!]*\?"
 )
 _YESNO_ANSWER = r"(?i)^\s*\$?\s*(?:\\text(?:bf)?\s*\{\s*)?(?:yes|no|true|false)\b[^0-9=]{0,40}$"
 _YESNO_PROBLEM = r"(?i)\btrue or false\b|\byes or no\b|\banswer (?:yes|no)\b"
@@ -191,8 +191,9 @@ def _letter_is_an_object(problem: str, answer: str) -> bool:
         return False
     x = m.group(0)
     text = re.sub(r'(?s)\[asy\].*?\[/asy\]|"[^"]*"', " ", problem)  # drawing code and quoted labels name nothing
-    # not the article ("A birdbath"), not an option marker ("A.", "A)", "A:")
-    if re.search(rf"(?<![A-Za-z\\(]){x}(?![A-Za-z.):]| [a-z])", text):
+    # not the article ("A birdbath", "A 3-digit number": "A" then a space), not an option marker ("A.", "A)", "A:")
+    after = r"(?![A-Za-z.):\s])" if x == "A" else r"(?![A-Za-z.):]| [a-z])"
+    if re.search(rf"(?<![A-Za-z\\(]){x}{after}", text):
         return True
     # a vertex of a named figure: "triangle $ABC$", "$ABCD$"
     return any(re.search(rf"(?<![A-Za-z\\])[A-Z]*{x}[A-Z]*(?![A-Za-z])", m) for m in re.findall(r"\$[^$]+\$", text))

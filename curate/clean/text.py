@@ -57,6 +57,18 @@ _TYPESETTING = (
     r"|quad|qquad|limits|nolimits|noindent|newline|medskip|smallskip|bigskip|hfill|cr|label|tag|nonumber|phantom)\b"
     r"|\\[,;:! ]|\\\\|\\[()\[\]]|\$|~|&"
 )
+# One spelling for commands and characters that say the same thing (after lowercasing; \\b keeps \\left, \\neg).
+_SYNONYMS = [
+    (r"\\(?:ldots|cdots|dotsc|dotsb|dots)\b|\.\.\.|…", r" \\dots "),
+    (r"\\(?:leq|leqslant|le)\b|≤", r" \\le "),
+    (r"\\(?:geq|geqslant|ge)\b|≥", r" \\ge "),
+    (r"\\(?:neq|ne)\b|≠", r" \\ne "),
+    (r"\\times\b|×", r" \\times "),
+    (r"\\div\b|÷", r" \\div "),
+    (r"\\cdot\b|·|⋅", r" \\cdot "),
+    (r"−|–", "-"),
+    (r"([0-9])\.([0-9])", r"\1 point \2"),  # 3.14 is not 314
+]
 # Not the statement: drawing code (one copy of an AIME problem carries the AoPS diagram's [asy] source, another
 # does not) and a trailing wiki credit ("~MRENTHUSIASM", "~ pi_is_3.14").
 _NOT_STATEMENT = r"(?s)\[asy\].*?\[/asy\]|\s~\s?[a-z][\w.]*(?:\s*,\s*[a-z][\w.]*)*\s*$"
@@ -70,11 +82,13 @@ _ASK_ARRAY = pa.array(sorted(_ASK_WORDS))
 def canonical(col: pa.Array | pa.ChunkedArray) -> pa.Array:
     """One normal form for shingles and benchmark matching, applied the same way to both sides.
 
-    NFKC, lowercase, drawing code (``[asy]...[/asy]``) and trailing wiki credits dropped, ``\\dfrac``/``\\tfrac``
+    NFKC, lowercase, drawing code (``[asy]...[/asy]``) and trailing wiki credits dropped; ``\\dfrac``/``\\tfrac``
     folded to ``\\frac`` and the brace-less shorthands spelled out (``\\frac12`` -> ``\\frac{1}{2}``, ``\\sqrt2`` ->
-    ``\\sqrt{2}``), degrees written one way (``^\\circ``, ``^{\\circ}``, U+00B0 -> `` deg ``), then typesetting
-    removed: math delimiters (``$``, ``\\(``, ``\\[``), spacing, sizing and font commands, environments. Command
-    names that carry meaning (``\\sin``, ``\\cos``, ``\\frac``, ``\\div``, ``\\le``) stay.
+    ``\\sqrt{2}``); degrees (``^\\circ``, ``^{\\circ}``, U+00B0 -> `` deg ``), dots, inequality signs, times,
+    division and minus signs each written one way (``_SYNONYMS``); then typesetting removed: math delimiters
+    (``$``, ``\\(``, ``\\[``), spacing, sizing and font commands, environments; last, thousands separators folded
+    (``1{,}000`` is ``1000``). Command names that carry meaning (``\\sin``, ``\\cos``, ``\\frac``, ``\\div``,
+    ``\\le``) stay.
     """
     s = pc.utf8_lower(pc.utf8_normalize(pc.fill_null(col, ""), "NFKC"))
     s = pc.replace_substring_regex(s, _NOT_STATEMENT, " ")
@@ -85,23 +99,28 @@ def canonical(col: pa.Array | pa.ChunkedArray) -> pa.Array:
     s = pc.replace_substring_regex(s, r"\\frac\s*(\{[^{}]*\})\s*([0-9a-z])", r"\\frac\1{\2}")
     s = pc.replace_substring_regex(s, r"\\sqrt\s*([0-9a-z])", r"\\sqrt{\1}")
     s = pc.replace_substring_regex(s, r"\^\s*\{?\s*\\circ\s*\}?|°", " deg ")
-    return pc.replace_substring_regex(s, _TYPESETTING, " ")
+    for pattern, word in _SYNONYMS:
+        s = pc.replace_substring_regex(s, pattern, word)
+    s = pc.replace_substring_regex(s, _TYPESETTING, " ")
+    for _ in range(2):  # 1,000 and 1{,}000 are 1000; twice for 12,345,678
+        s = pc.replace_substring_regex(s, r"([0-9])(?:\{,\}|,)([0-9]{3})\b", r"\1\2")
+    return s
 
 
 def tokens(col: pa.Array | pa.ChunkedArray) -> pa.ListArray:
     """Tokens per row (list<string>) of the ``canonical`` text.
 
-    Words, numbers, command names (``\\sin`` -> ``sin``) and one token per operator or bracket
-    (``+ - * / = < > ^ ! | ( ) [ ]``): ``88\\div(4\\div2)`` and ``88\\div4\\div2`` differ, and so do
+    Words, numbers, command names (``\\sin`` -> ``sin``) and one token per operator, bracket or prime
+    (``+ - * / = < > ^ ! | ( ) [ ] '``): ``88\\div(4\\div2)`` and ``88\\div4\\div2`` differ, and so do
     ``\\tan 180^\\circ`` and ``\\sin 180^\\circ``. Letters and digits are split apart (``a^2b`` and ``a^2 b`` both give
     ``a ^ 2 b``); every other run of characters (braces, punctuation) is a separator.
     """
     s = canonical(col)
     s = pc.replace_substring_regex(s, r"\\([a-z]+)", r" \1 ")
-    s = pc.replace_substring_regex(s, r"([+\-*/=<>^!|()\[\]])", r" \1 ")
+    s = pc.replace_substring_regex(s, r"([+\-*/=<>^!|()\[\]'])", r" \1 ")
     s = pc.replace_substring_regex(s, r"([0-9])([a-z])", r"\1 \2")
     s = pc.replace_substring_regex(s, r"([a-z])([0-9])", r"\1 \2")
-    s = pc.utf8_trim_whitespace(pc.replace_substring_regex(s, r"[^\p{L}\p{N}+\-*/=<>^!|()\[\]]+", " "))
+    s = pc.utf8_trim_whitespace(pc.replace_substring_regex(s, r"[^\p{L}\p{N}+\-*/=<>^!|()\[\]']+", " "))
     s = pc.if_else(pc.equal(s, ""), pa.scalar(None, pa.string()), s)  # "" would split into [""]
     out = pc.utf8_split_whitespace(s)
     return out.combine_chunks() if isinstance(out, pa.ChunkedArray) else out
@@ -125,12 +144,13 @@ def sequence_keys(col: pa.Array | pa.ChunkedArray) -> list[str]:
 
 
 def asy_keys(col: pa.Array | pa.ChunkedArray) -> pa.Array:
-    """The drawing code of each statement (its ``[asy]`` blocks, whitespace removed), "" when it has none: two
+    """The drawing code of each statement (its ``[asy]`` blocks, lowercased, whitespace and math delimiters
+    removed), "" when it has none: two
     MATH problems can share every word and differ only in the figure's numbers."""
     col = pc.fill_null(col, "")
     has = pc.match_substring(col, "[asy]")
     code = pc.replace_substring_regex(col, r"(?s)^.*?\[asy\]|\[/asy\].*?\[asy\]|\[/asy\].*$", "")
-    code = pc.replace_substring_regex(code, r"\s+", "")
+    code = pc.replace_substring_regex(pc.utf8_lower(code), r"\s+|\$|\\[()\[\]]", "")  # labels' $..$ or \(..\)
     return pc.if_else(has, code, pa.scalar(""))
 
 
@@ -203,9 +223,10 @@ _ESCAPE_DAMAGE = [
     ("\x0b", "v", r"\x0b(ec|arepsilon|arphi|dots)"),
     ("\r", "r", r"\r(ight|ho|m\{|angle)"),
     ("\x07", "a", r"\x07(lpha|pprox|ngle)"),
-    # "\neq" read as a newline + "eq": only command names that no line of prose starts with
-    ("\n", "n", r"\n(eq|abla|otin|ot|eg|leq|geq|exists|mid|parallel|subseteq|cong|sim|prec|succ|ormalsize)\b"),
 ]
+# "\neq" read as a newline + "eq": a command name after a space or an opening delimiter and before what follows a
+# command (space, brace, backslash, dollar, digit), never a line of drawing code ("mid[i] = ...")
+_NEWLINE_DAMAGE = r"([ $({])\n(eq|abla|otin|ot|eg|leq|geq|exists|mid|parallel|subseteq|cong|sim|prec|succ)([\s{}\\$0-9])"
 
 
 def repair_escapes(col: pa.Array | pa.ChunkedArray) -> tuple[pa.Array, pa.Array]:
@@ -213,5 +234,6 @@ def repair_escapes(col: pa.Array | pa.ChunkedArray) -> tuple[pa.Array, pa.Array]
     out = col
     for _, letter, pattern in _ESCAPE_DAMAGE:
         out = pc.replace_substring_regex(out, pattern, "\\\\" + letter + r"\1")
+    out = pc.replace_substring_regex(out, _NEWLINE_DAMAGE, r"\1\\n\2\3")
     changed = pc.fill_null(pc.not_equal(out, col), False)
     return out, changed

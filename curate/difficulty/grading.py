@@ -437,7 +437,7 @@ class GradingPool:
     def same_answer(self, pairs: list[tuple[str, str]]) -> list[bool | None]:
         """Whether each pair of gold answers is one answer (``073`` and ``73``, ``\\frac13`` and ``\\frac{1}{3}``,
         ``x+11`` and ``11+x``); None where math-verify timed out or failed. Equal strings and plain numbers
-        are answered here; memoized."""
+        are answered here; a missing gold gives None; memoized."""
         out: list[bool | None] = []
         todo: dict[tuple[str, str], None] = {}
         keys = []
@@ -447,12 +447,14 @@ class GradingPool:
             keys.append(key)
             if key in self._same_memo or key in todo:
                 continue
-            if re.sub(r"\s+", "", a) == re.sub(r"\s+", "", b):
+            if not a or not b:
+                self._same_memo[key] = None  # a missing gold is neither the same answer nor another one
+            elif re.sub(r"\s+", "", a) == re.sub(r"\s+", "", b):
                 self._same_memo[key] = True
+            elif _PLAIN_INT.match(a) and _PLAIN_INT.match(b):
+                self._same_memo[key] = int(a) == int(b)  # exact: 20-digit integers are not floats
             elif _PLAIN_NUMBER.match(a) and _PLAIN_NUMBER.match(b):
                 self._same_memo[key] = float(a) == float(b)
-            elif not a or not b:
-                self._same_memo[key] = False
             else:
                 todo[key] = None
         if todo:

@@ -62,7 +62,8 @@ def last_boxed(text: str | None) -> str | None:
     return boxes[-1] if boxes else None
 
 
-_DISPLAY = re.compile(r"^\\\[(.*)\\\]$|^\\\((.*)\\\)$", re.S)
+_DISPLAY = re.compile(r"^\\\[((?:(?!\\\]).)*)\\\]$|^\\\(((?:(?!\\\)).)*)\\\)$", re.S)  # one wrapper, not two
+_PLACEHOLDER = re.compile(r"\\(?:h|v)?phantom\{[^}]*\}|\\(?:quad|qquad|,|;|!)")
 def distinct_boxes(text: str | None) -> list[str]:
     """The boxes of a solution, cleaned, one per distinct normal form (``\\frac32`` and ``\\frac{3}{2}`` are one),
     in order; more than one means the solution boxes several different things."""
@@ -71,7 +72,7 @@ def distinct_boxes(text: str | None) -> list[str]:
     out: dict[str, str] = {}
     for b in boxed_all(text):
         c = clean_answer(b)
-        if c:
+        if c and _PLACEHOLDER.sub("", c).strip():  # \boxed{\phantom{2}} is the problem's blank, not an answer
             key = re.sub(r"\s+|\\[,;:! ]|\\left|\\right", "", c).replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
             key = re.sub(r"\\(frac|sqrt)(\d)(\d)?", lambda m: f"\\{m[1]}{{{m[2]}}}" + (f"{{{m[3]}}}" if m[3] else ""), key)
             out.setdefault(key, c)
