@@ -11,6 +11,7 @@
     gradus model convert|path               (the bundled SmolLM2, converted once to safetensors)
     gradus demo [--out DIR]                 (the bundled sample through every stage)
     gradus show DIR                         (a stage output's counts and reasons)
+    gradus flow run|serve|plan CONFIG --out DIR [--cron "0 3 * * *"]   (the pipeline as a Prefect flow)
 """
 
 from __future__ import annotations
@@ -208,6 +209,33 @@ def cmd_model(a: argparse.Namespace) -> None:
         print(convert_default(force=a.force))
 
 
+def cmd_flow(a: argparse.Namespace) -> None:
+    from flows.flow import FlowConfig, build_flow, run_flow
+
+    if not getattr(a, "verbose", False):
+        os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")  # the flow's own report is printed below
+    cfg = FlowConfig.load(a.config)
+    if a.dry_run or a.action == "plan":
+        for i, step in enumerate(cfg.plan(), 1):
+            print(f"{i}. {step}")
+        return
+    out = Path(a.out).resolve()
+    if a.action == "run":
+        s = run_flow(cfg, out)
+        state = "nothing to do: every stage already complete" if s["all_skipped"] else f"done in {s['seconds']}s"
+        print(f"flow run {s['run']}: {state}")
+        for st in s["stages"].values():
+            print(f"  {Path(st['folder']).name}: {st['rows_in']:,} in, {st['rows_kept']:,} kept"
+                  + (" (skipped)" if st.get("skipped") else ""))
+        for miss in s["missing_sources"]:
+            print(f"  missing source {miss['source']}: {miss['error'][:200]}")
+        print(f"  run record: {out / 'latest'}  card: {s.get('card', {}).get('card', '-')}")
+    else:  # serve: a deployment on a schedule, served from this process (Prefect's serve)
+        cfg.plan()
+        out.mkdir(parents=True, exist_ok=True)
+        build_flow(cfg).serve(name=a.name, cron=a.cron, parameters={"out": str(out)})
+
+
 def cmd_show(a: argparse.Namespace) -> None:
     from curate.core.manifest import MANIFEST, Manifest, stage_outputs
 
@@ -345,7 +373,7 @@ def cmd_list(a: argparse.Namespace) -> None:
 
 
 COMMANDS = ("ingest", "filter", "decontam", "dedup", "curate", "estimate", "export", "train", "model", "demo", "list", "show",
-            "card")
+            "card", "flow")
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
@@ -431,6 +459,15 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     s.add_argument("action", choices=["convert", "path"])
     s.add_argument("--force", action="store_true")
     s.set_defaults(fn=cmd_model)
+
+    s = sub.add_parser("flow", help="the whole pipeline as a Prefect flow from one config (run once, or serve on a schedule)")
+    s.add_argument("action", choices=["run", "serve", "plan"])
+    s.add_argument("config", help="TOML or JSON: sources, filters, decontam, dedup, difficulty, export, card, runner")
+    s.add_argument("--out", default="runs/flow", help="stage data under OUT/stages, one record per run under OUT/runs")
+    s.add_argument("--cron", default="0 3 * * *", help="serve: the schedule (cron syntax, UTC)")
+    s.add_argument("--name", default="gradus-nightly", help="serve: the deployment's name")
+    s.add_argument("--dry-run", action="store_true", help="check the config and print the plan")
+    s.set_defaults(fn=cmd_flow)
 
     s = sub.add_parser("demo", help="the bundled sample through every stage")
     s.add_argument("--out", default="runs/demo")

@@ -1,0 +1,287 @@
+"""The whole pipeline as one Prefect flow, driven by one config file (TOML or JSON).
+
+    gradus flow run flow.toml --out runs/nightly          # embedded Prefect: no server, no account
+    gradus flow serve flow.toml --out runs/nightly --cron "0 3 * * *"
+
+Each library stage is a task: one ingest task per source (they run concurrently), then filter, decontam,
+dedup, difficulty, export and the card. Tasks pass folder paths and counts, never data frames: Prefect keeps
+task states in memory, the data stays in the stage folders. The stage runner is the cache: a stage whose
+inputs (fingerprints), config and code version are unchanged is skipped by the runner whatever Prefect does,
+so a re-run costs a fingerprint check per stage, and rows already scored by the same model with the same
+parameters come from the difficulty store (only new rows are sampled).
+
+Layout of ``--out``::
+
+    stages/1_ingest/<nn_source>/ 2_filter/ 3_decontam/ 4_dedup/ 5_difficulty/ 6_export/   (updated in place)
+    runs/<UTC time>/summary.json, card/ (README.md, card.json, plots/), card_diff.txt     (one per run)
+    latest -> runs/<UTC time>
+
+A source that fails to load fails its own task; the others finish, the flow goes on with them and the
+summary and card name the missing source. A bad config is refused before any task runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from curate.core.config import ConfigError, check_choice, check_keys, from_dict, load_file
+from curate.difficulty.estimate import EstimateConfig
+from curate.pipeline import CurateConfig
+from curate.select.export import ExportConfig
+
+RUNNERS = ("local", "ray")
+STAGE_FOLDERS = ("1_ingest", "2_filter", "3_decontam", "4_dedup", "5_difficulty", "6_export")
+
+
+@dataclass(frozen=True)
+class FlowConfig:
+    curate: CurateConfig
+    difficulty: EstimateConfig | None = None  # None: no difficulty estimation (and no export)
+    export: ExportConfig | None = None  # None: no export
+    card: bool = True  # build the run's data card and publish it as a Prefect artifact
+    runner: str = "local"  # local (threads in this process) | ray (prefect-ray's RayTaskRunner)
+    ray_address: str | None = None  # runner ray: a cluster address; None: a local Ray instance
+    sampler_retries: int = 2  # retries of the difficulty task (an engine or a server that fell over)
+    retry_delays_s: tuple[int, ...] = field(default=(10, 60))  # backoff between those retries
+
+    def __post_init__(self) -> None:
+        check_choice("runner", self.runner, RUNNERS)
+        if self.export is not None and self.difficulty is None:
+            raise ConfigError("export: needs a difficulty section (exports select by pass rate)")
+        if self.sampler_retries < 0:
+            raise ConfigError("sampler_retries must be >= 0")
+
+    @classmethod
+    def from_dict(cls, d: dict, base_dir: Path | None = None) -> FlowConfig:
+        flow_keys = {"difficulty", "export", "card", "runner", "ray_address", "sampler_retries", "retry_delays_s"}
+        check_keys(d, {"sources", "filters", "decontam", "dedup"} | flow_keys, "config")
+        cur = CurateConfig.from_dict({k: v for k, v in d.items() if k not in flow_keys}, base_dir)
+        diff = from_dict(EstimateConfig, d["difficulty"], "difficulty", base_dir) if d.get("difficulty") is not None else None
+        exp = from_dict(ExportConfig, d["export"], "export", base_dir) if d.get("export") is not None else None
+        rest = {k: d[k] for k in ("card", "runner", "ray_address", "sampler_retries", "retry_delays_s") if k in d}
+        if "retry_delays_s" in rest:
+            rest["retry_delays_s"] = tuple(rest["retry_delays_s"])
+        try:
+            return cls(cur, diff, exp, **rest)
+        except TypeError as e:
+            raise ConfigError(f"config: {e}") from e
+
+    @classmethod
+    def load(cls, path: str | Path) -> FlowConfig:
+        return cls.from_dict(load_file(path), base_dir=Path(path).resolve().parent)
+
+    def plan(self) -> list[str]:
+        """What the flow will do, one line a step; checks sources and benchmarks first (raises on a problem)."""
+        if self.runner == "ray":
+            import importlib.util
+
+            if importlib.util.find_spec("prefect_ray") is None:
+                raise ConfigError("runner ray needs prefect-ray and ray: pip install prefect-ray")
+        steps = self.curate.check()
+        if self.difficulty is not None:
+            s = self.difficulty.sampling
+            steps.append(f"difficulty: {self.difficulty.model or 'bundled SmolLM2'} on {self.difficulty.backend}, k={s.k}, "
+                         f"T={s.temperature}, {s.max_tokens} tokens" + (f", first {self.difficulty.limit} rows"
+                                                                        if self.difficulty.limit else ""))
+        if self.export is not None:
+            steps.append(f"export: {self.export.format}, target {self.export.target}"
+                         + (", curriculum stages" if self.export.curriculum else ""))
+        if self.card:
+            steps.append("card")
+        return steps
+
+
+# --------------------------------------------------------------------------------------------- the tasks
+# Plain functions first (testable and reusable without Prefect), wrapped as tasks in ``build_flow``.
+def _ingest(spec: dict, out: str) -> dict:
+    from curate.pipeline import ingest
+
+    m = ingest(spec["spec"], Path(out), spec.get("format"), spec.get("adapter"), spec.get("mapping"), spec.get("name"))
+    return {"folder": out, "rows_in": m.rows_in, "rows_kept": m.rows_kept, "skipped": m.skipped}
+
+
+def _stage(kind: str, inputs: list[str], out: str, cfg) -> dict:
+    from curate.pipeline import decontam_stage, dedup_stage, filter_stage
+
+    fns: dict[str, Any] = {"filter": filter_stage, "decontam": decontam_stage, "dedup": dedup_stage}
+    m = fns[kind]([Path(x) for x in inputs], Path(out), cfg)
+    return {"folder": out, "rows_in": m.rows_in, "rows_kept": m.rows_kept, "skipped": m.skipped,
+            "removed": m.rejected_by_reason}
+
+
+def _difficulty(inputs: list[str], out: str, cfg: EstimateConfig) -> dict:
+    from curate.difficulty.estimate import estimate
+
+    m = estimate([Path(x) for x in inputs], Path(out), cfg, progress=False)
+    this_run = m.stats.get("this_run") or {}
+    return {"folder": out, "rows_in": m.rows_in, "rows_kept": m.rows_kept, "skipped": m.skipped,
+            "samples": this_run.get("samples", 0), "rows_from_store": this_run.get("store_hits", 0)}
+
+
+def _export(inputs: list[str], out: str, cfg: ExportConfig) -> dict:
+    from curate.select.export import export
+
+    m = export([Path(x) for x in inputs], Path(out), cfg)
+    return {"folder": out, "rows_in": m.rows_in, "rows_kept": m.rows_kept, "skipped": m.skipped}
+
+
+def _card(stages: Path, run: Path, previous: Path | None, missing: list[dict]) -> dict:
+    from data_cards.render import diff_cards, diff_text, write_card
+
+    readme = write_card(stages, run / "card")
+    if missing:  # the card of a run with a source that failed to load says so, first thing after its title
+        card = json.loads((run / "card" / "card.json").read_text())
+        card["missing_sources"] = missing
+        (run / "card" / "card.json").write_text(json.dumps(card, indent=2, default=str) + "\n")
+        text = readme.read_text()
+        note = "\n> **Missing sources.** This run could not read: " + "; ".join(
+            f"`{m['source']}` ({m['error'][:300]})" for m in missing) + ". The rest of the card is without them.\n"
+        head, sep, body = text.partition("\n## ")
+        readme.write_text(head + note + sep + body if sep else text + note)
+    out = {"card": str(readme)}
+    if previous is not None and (previous / "card" / "card.json").is_file():
+        text = diff_text(diff_cards(previous / "card", run / "card"))
+        (run / "card_diff.txt").write_text(text + "\n")
+        out["diff"] = text
+    return out
+
+
+def run_dir(out: Path) -> Path:
+    """A new run folder ``out/runs/<UTC time>`` (a suffix when two runs start in the same second)."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    d = out / "runs" / stamp
+    n = 1
+    while d.exists():
+        n += 1
+        d = out / "runs" / f"{stamp}-{n}"
+    d.mkdir(parents=True)
+    return d
+
+
+def point_latest(out: Path, run: Path) -> None:
+    """``out/latest`` -> ``run``, replaced atomically (a symlink renamed over the old one)."""
+    tmp = out / f".latest.{os.getpid()}"
+    if tmp.is_symlink() or tmp.exists():
+        tmp.unlink()
+    tmp.symlink_to(run.relative_to(out))
+    os.replace(tmp, out / "latest")
+
+
+def previous_run(out: Path) -> Path | None:
+    link = out / "latest"
+    return link.resolve() if link.is_symlink() and link.resolve().is_dir() else None
+
+
+def build_flow(cfg: FlowConfig):
+    """The Prefect flow for ``cfg`` (its task runner chosen by ``cfg.runner``)."""
+    from prefect import flow, get_run_logger, task
+    from prefect.artifacts import create_markdown_artifact, create_table_artifact
+    from prefect.cache_policies import NO_CACHE
+
+    ingest_t = task(_ingest, name="ingest", cache_policy=NO_CACHE)
+    stage_t = task(_stage, name="stage", cache_policy=NO_CACHE)
+    difficulty_t = task(_difficulty, name="difficulty", cache_policy=NO_CACHE, retries=cfg.sampler_retries,
+                        retry_delay_seconds=list(cfg.retry_delays_s))
+    export_t = task(_export, name="export", cache_policy=NO_CACHE)
+    card_t = task(_card, name="card", cache_policy=NO_CACHE)
+
+    if cfg.runner == "ray":
+        from prefect_ray import RayTaskRunner
+
+        runner = RayTaskRunner(address=cfg.ray_address) if cfg.ray_address else RayTaskRunner()
+    else:
+        from prefect.task_runners import ThreadPoolTaskRunner
+
+        runner = ThreadPoolTaskRunner(max_workers=max(2, len(cfg.curate.sources)))
+
+    @flow(name="gradus", task_runner=runner, log_prints=True)
+    def gradus_flow(out: str) -> dict:
+        from curate.pipeline import _source_dirname
+
+        log = get_run_logger()
+        root = Path(out)
+        stages = root / "stages"
+        previous = previous_run(root)
+        run = run_dir(root)
+        t0 = time.monotonic()
+        futures = [(s, ingest_t.with_options(name=f"ingest {_source_dirname(i, s)}").submit(
+            {"spec": s.spec, "format": s.format, "adapter": s.adapter, "mapping": s.mapping, "name": s.name},
+            str(stages / "1_ingest" / _source_dirname(i, s)))) for i, s in enumerate(cfg.curate.sources)]
+        ingested, missing = [], []
+        for s, fut in futures:
+            fut.wait()
+            if fut.state.is_completed():
+                ingested.append(fut.result())
+            else:  # one source that fails to load does not stop the others
+                missing.append({"source": s.spec, "error": str(fut.state.message or fut.state.name)[:500]})
+                log.error("source %s failed: %s", s.spec, fut.state.message)
+        if not ingested:
+            raise RuntimeError(f"no source could be read: {missing}")
+        summary: dict = {"run": run.name, "ingest": ingested, "missing_sources": missing, "stages": {}}
+        last = [r["folder"] for r in ingested]
+        plan: list[tuple[str, str, Any]] = [("filter", "2_filter", cfg.curate.filters)]
+        if cfg.curate.decontam.benchmarks:
+            plan.append(("decontam", "3_decontam", cfg.curate.decontam))
+        plan.append(("dedup", "4_dedup", cfg.curate.dedup))
+        for kind, folder, scfg in plan:
+            r = stage_t.with_options(name=kind).submit(kind, last, str(stages / folder), scfg).result()
+            summary["stages"][kind] = r
+            last = [r["folder"]]
+        if cfg.difficulty is not None:
+            r = difficulty_t.submit(last, str(stages / "5_difficulty"), cfg.difficulty).result()
+            summary["stages"]["difficulty"] = r
+            if cfg.export is not None:
+                summary["stages"]["export"] = export_t.submit([r["folder"]], str(stages / "6_export"), cfg.export).result()
+        summary["seconds"] = round(time.monotonic() - t0, 2)
+        summary["all_skipped"] = all(r.get("skipped") for r in ingested) and all(
+            r.get("skipped") for r in summary["stages"].values())
+        if cfg.card:
+            summary["card"] = card_t.submit(stages, run, previous, missing).result()
+            readme = Path(summary["card"]["card"]).read_text()
+            create_markdown_artifact(readme, key="gradus-card", description=f"data card of run {run.name}")
+            if summary["card"].get("diff"):
+                create_markdown_artifact(f"```\n{summary['card']['diff']}\n```", key="gradus-card-diff",
+                                         description="what changed since the previous run")
+        create_table_artifact(_waterfall(summary), key="gradus-waterfall", description="rows through the stages")
+        (run / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+        point_latest(root, run)
+        return summary
+
+    return gradus_flow
+
+
+def _waterfall(summary: dict) -> list[dict]:
+    rows = [{"stage": "ingest", "rows_in": sum(r["rows_in"] for r in summary["ingest"]),
+             "rows_out": sum(r["rows_kept"] for r in summary["ingest"]), "skipped": all(r["skipped"] for r in summary["ingest"])}]
+    for name, r in summary["stages"].items():
+        rows.append({"stage": name, "rows_in": r["rows_in"], "rows_out": r["rows_kept"], "skipped": r["skipped"]})
+    return rows
+
+
+def run_flow(cfg: FlowConfig, out: Path) -> dict:
+    """Run the flow once (embedded Prefect unless ``PREFECT_API_URL`` points at a server)."""
+    cfg.plan()  # sources, benchmarks and settings checked before any task runs
+    Path(out).mkdir(parents=True, exist_ok=True)
+    return build_flow(cfg)(str(out))
+
+
+def _deployment_entrypoint():
+    from prefect import flow
+
+    @flow(name="gradus-pipeline")
+    def pipeline(config: str, out: str = "runs/flow") -> dict:
+        """The deployment's entrypoint (``prefect.yaml``): load ``config`` and run the gradus flow as a subflow."""
+        return run_flow(FlowConfig.load(config), Path(out))
+
+    return pipeline
+
+
+def __getattr__(name: str):  # ``flows/flow.py:pipeline`` for Prefect workers, without importing Prefect for the rest
+    if name == "pipeline":
+        return _deployment_entrypoint()
+    raise AttributeError(name)

@@ -1,0 +1,99 @@
+"""The Prefect flow on the embedded server: the stages as tasks, a failing source, a re-run that does no work."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from curate.core.config import ConfigError
+
+pytest.importorskip("prefect")
+
+
+@pytest.fixture(scope="session")
+def prefect_harness():
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=90):
+        yield
+
+
+def _config(tmp_path, sources, **extra):
+    cfg = {"sources": sources, "decontam": {"benchmarks": [f"demo={_demo_benchmark()}"]}, **extra}
+    p = tmp_path / "flow.json"
+    p.write_text(json.dumps(cfg))
+    return p
+
+
+def _demo_benchmark():
+    from curate.demo import DEMO_BENCHMARK
+
+    return DEMO_BENCHMARK
+
+
+def test_bad_configs_are_refused_before_anything_runs(tmp_path):
+    from flows.flow import FlowConfig
+
+    with pytest.raises(ConfigError, match="did you mean 'dedup'"):
+        FlowConfig.from_dict({"sources": ["synthetic:n=10"], "dedupe": {}})
+    with pytest.raises(ConfigError, match="runner.*local, ray"):
+        FlowConfig.from_dict({"sources": ["synthetic:n=10"], "runner": "dask"})
+    with pytest.raises(ConfigError, match="export: needs a difficulty section"):
+        FlowConfig.from_dict({"sources": ["synthetic:n=10"], "export": {"format": "jsonl"}})
+    with pytest.raises(ConfigError, match="difficulty.sampling.k"):
+        FlowConfig.from_dict({"sources": ["synthetic:n=10"], "difficulty": {"sampling": {"k": "ten"}}})
+    cfg = FlowConfig.load(_config(tmp_path, [{"spec": str(tmp_path / "nope.jsonl")}]))
+    from curate.core.errors import SourceError
+
+    with pytest.raises(SourceError, match="no such file"):
+        cfg.plan()
+
+
+def test_the_flow_runs_every_stage_reports_a_failed_source_and_a_rerun_does_no_work(prefect_harness, tmp_path,
+                                                                                    monkeypatch):
+    from flows.flow import FlowConfig, run_flow
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # the hub source fails at once, as it would without network
+    path = _config(tmp_path, [{"spec": "synthetic:n=300,seed=1", "name": "synthetic"},
+                              {"spec": "nobody/no-such-dataset", "name": "hub"}])
+    out = tmp_path / "out"
+    t0 = time.monotonic()
+    first = run_flow(FlowConfig.load(path), out)
+    t_first = time.monotonic() - t0
+    assert [m["source"] for m in first["missing_sources"]] == ["nobody/no-such-dataset"]
+    assert first["ingest"][0]["rows_in"] == 323  # 300 generated + the hand-written cases
+    assert set(first["stages"]) == {"filter", "decontam", "dedup"} and not first["all_skipped"]
+    assert (out / "latest").resolve() == (out / "runs" / first["run"]).resolve()
+    card = (out / "latest" / "card" / "README.md").read_text(errors="replace")
+    assert "**Missing sources.**" in card and "nobody/no-such-dataset" in card
+    kept = first["stages"]["dedup"]["rows_kept"]
+
+    t0 = time.monotonic()
+    second = run_flow(FlowConfig.load(path), out)
+    t_second = time.monotonic() - t0
+    assert second["all_skipped"] and second["stages"]["dedup"]["rows_kept"] == kept
+    assert second["run"] != first["run"] and (out / "latest").resolve().name == second["run"]
+    assert (out / "latest" / "card_diff.txt").read_text().strip().endswith("no change")
+    # the stages' own work is skipped; what is left is the flow's overhead (measured: about 2 s of 4 s)
+    assert second["seconds"] < first["seconds"]
+    print(f"first run {t_first:.1f}s (stages {first['seconds']}s), re-run {t_second:.1f}s (stages {second['seconds']}s)")
+
+
+def test_rows_added_to_one_source_rerun_only_what_depends_on_it(prefect_harness, tmp_path):
+    from flows.flow import FlowConfig, run_flow
+
+    src = tmp_path / "mine.jsonl"
+    rows = [{"id": f"r{i}", "problem": f"What is ${i} \\\\times {i + 7}$?", "answer": str(i * (i + 7))} for i in range(20)]
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    path = _config(tmp_path, [{"spec": "synthetic:n=100,seed=2", "name": "synthetic"}, {"spec": str(src)}])
+    out = tmp_path / "out"
+    run_flow(FlowConfig.load(path), out)
+    src.write_text(src.read_text() + "".join(json.dumps({"id": f"n{i}", "problem": f"Compute ${i}^3 - {i}$.",
+                                                          "answer": str(i ** 3 - i)}) + "\n" for i in range(2, 7)))
+    again = run_flow(FlowConfig.load(path), out)
+    ing = {r["folder"].rsplit("/", 1)[-1]: r for r in again["ingest"]}
+    assert ing["00_synthetic"]["skipped"] and not ing["01_mine"]["skipped"] and ing["01_mine"]["rows_in"] == 25
+    assert not again["stages"]["dedup"]["skipped"]
+    assert "ingest: rows_in 143 -> 148" in (out / "latest" / "card_diff.txt").read_text()  # the published diff
