@@ -177,8 +177,9 @@ def previous_run(out: Path) -> Path | None:
     return link.resolve() if link.is_symlink() and link.resolve().is_dir() else None
 
 
-def build_flow(cfg: FlowConfig):
-    """The Prefect flow for ``cfg`` (its task runner chosen by ``cfg.runner``)."""
+def build_flow(cfg: FlowConfig, api_url: str | None = None):
+    """The Prefect flow for ``cfg`` (its task runner chosen by ``cfg.runner``); ``api_url``: the Prefect API the
+    Ray workers report to (``run_flow`` passes the one the flow uses)."""
     from prefect import flow, get_run_logger, task
     from prefect.artifacts import create_markdown_artifact, create_table_artifact
     from prefect.cache_policies import NO_CACHE
@@ -193,7 +194,10 @@ def build_flow(cfg: FlowConfig):
     if cfg.runner == "ray":
         from prefect_ray import RayTaskRunner
 
-        runner = RayTaskRunner(address=cfg.ray_address) if cfg.ray_address else RayTaskRunner()
+        # the workers report their task states to this process's Prefect API (without it each one would start a
+        # temporary server of its own); the project's modules come with the worker's Python environment
+        init = {"runtime_env": {"env_vars": {"PREFECT_API_URL": api_url}}} if api_url else None
+        runner = RayTaskRunner(address=cfg.ray_address, init_kwargs=init)
     else:
         from prefect.task_runners import ThreadPoolTaskRunner
 
@@ -267,7 +271,26 @@ def run_flow(cfg: FlowConfig, out: Path) -> dict:
     """Run the flow once (embedded Prefect unless ``PREFECT_API_URL`` points at a server)."""
     cfg.plan()  # sources, benchmarks and settings checked before any task runs
     Path(out).mkdir(parents=True, exist_ok=True)
-    return build_flow(cfg)(str(out))
+    if cfg.runner != "ray":
+        return build_flow(cfg)(str(out))
+    from prefect.settings import PREFECT_API_URL, get_current_settings, temporary_settings
+
+    url = get_current_settings().api.url
+    if url:
+        return build_flow(cfg, url)(str(out))
+    from prefect.server.api.server import SubprocessASGIServer
+
+    server = SubprocessASGIServer()  # the embedded server Prefect would start, started here to share its address
+    server.start()
+    try:
+        with temporary_settings({PREFECT_API_URL: server.api_url}):
+            result = build_flow(cfg, server.api_url)(str(out))
+            from prefect.logging.handlers import APILogHandler
+
+            APILogHandler().flush()  # the run's last log lines reach the server before it stops
+            return result
+    finally:
+        server.stop()
 
 
 def _deployment_entrypoint():
