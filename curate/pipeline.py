@@ -31,7 +31,7 @@ from curate.clean.dedup import (
     number_strings,
 )
 from curate.clean.filters import FilterConfig, apply_filters
-from curate.clean.text import asy_keys, content_ids, repair_escapes, sequence_keys
+from curate.clean.text import asy_keys, canonical, content_ids, repair_escapes, sequence_keys, tokens
 from curate.core.config import ConfigError, check_keys, from_dict, load_file
 from curate.core.errors import SourceError
 from curate.core.manifest import Manifest
@@ -268,15 +268,17 @@ def dedup_stage(inputs: list[Path], out: Path, cfg: DedupConfig | None = None, f
                     src.append(t["source"].to_numpy(zero_copy_only=False))
                     sid.append(t["source_id"].to_numpy(zero_copy_only=False))
                     years.append(pc.fill_null(t["year"], -1).to_numpy(zero_copy_only=False).astype(np.int64))
-                    nums = number_strings(t["problem"])
+                    canon = canonical(t["problem"])  # once a batch: numbers, tokens, keys and shingles read it
+                    toks = tokens(t["problem"], canon)
+                    nums = number_strings(t["problem"], canon)
                     numbers.append(hash_strings(nums))
                     digits.append(nums.to_numpy(zero_copy_only=False))
                     asy = asy_keys(t["problem"])
                     drawings.append(np.where(pc.equal(asy, "").to_numpy(zero_copy_only=False), np.uint64(0),
                                              hash_strings(asy)))
-                    statements.append(hash_strings(pa.array(sequence_keys(t["problem"]), pa.string())))
+                    statements.append(hash_strings(pa.array(sequence_keys(t["problem"], toks), pa.string())))
                     if cfg.near:
-                        sigs.append(minhash(t["problem"], cfg))
+                        sigs.append(minhash(t["problem"], cfg, toks))
         n = sum(len(x) for x in ids)
         cat = (lambda xs, dt: np.concatenate(xs) if xs else np.zeros(0, dt))  # noqa: E731
         all_ids, golds = cat(id_strs, object), cat(gold, object)

@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from curate.clean.text import asy_keys, canonical, exact_key, ngram_hashes, repair_escapes, sequence_keys
+from curate.clean.text import asy_keys, canonical, exact_key, ngram_hashes, repair_escapes, sequence_keys, tokens
 from curate.core.errors import SourceError
 from curate.sources.adapters import apply_adapter, detect_adapter
 from curate.sources.readers import read_source
@@ -113,15 +113,17 @@ class BenchmarkIndex:
                 base = len(idx.ids)
                 idx.names += [name] * len(problems)
                 idx.ids += [str(s) for s in cols["source_id"]]
-                idx.numbers += [_numbers(c) for c in canonical(problems).to_pylist()]
+                canon = canonical(problems)
+                toks = tokens(problems, canon)
+                idx.numbers += [_numbers(c) for c in canon.to_pylist()]
                 idx.drawings += asy_keys(problems).to_pylist()
                 for j, k in enumerate(exact_key(problems).to_pylist()):
                     if k:
                         idx.exact.setdefault(k, base + j)
-                for j, k in enumerate(sequence_keys(problems)):
+                for j, k in enumerate(sequence_keys(problems, toks)):
                     if _telling(k):
                         idx.sequence.setdefault(k, base + j)
-                h, r = ngram_hashes(problems, ngram, short_docs=False)
+                h, r = ngram_hashes(problems, ngram, short_docs=False, toks=toks)
                 pairs = np.unique(np.stack([h, r.astype(np.uint64)]), axis=1) if len(h) else np.zeros((2, 0), np.uint64)
                 all_h.append(pairs[0])
                 all_o.append(pairs[1].astype(np.int64) + base)
@@ -149,9 +151,11 @@ class BenchmarkIndex:
         def other_figure(row: int, item: int) -> bool:  # the same words around another drawing: another problem
             return bool(drawings[row]) and bool(self.drawings[item]) and drawings[row] != self.drawings[item]
 
+        canon = canonical(problems)  # once: the sequence keys, the n-grams and the numbers all read it
+        toks = tokens(problems, canon)
         if cfg.exact and (self.exact or self.sequence):
             keys = exact_key(problems).to_pylist()
-            seqs = sequence_keys(problems) if self.sequence else [""] * n
+            seqs = sequence_keys(problems, toks) if self.sequence else [""] * n
             for i, (k, q) in enumerate(zip(keys, seqs, strict=True)):
                 item = self.exact.get(k) if k else None
                 if item is None and q:
@@ -160,7 +164,7 @@ class BenchmarkIndex:
                     bench[i], bid[i], kind[i] = self.names[item], self.ids[item], "exact"
         if len(self.hashes) == 0:
             return bench, bid, kind
-        h, r = ngram_hashes(problems, self.ngram, short_docs=False)
+        h, r = ngram_hashes(problems, self.ngram, short_docs=False, toks=toks)
         if len(h) == 0:
             return bench, bid, kind
         # distinct n-grams per row
@@ -191,7 +195,7 @@ class BenchmarkIndex:
                 continue
             if nums and cfg.require_numbers:  # a copy keeps the problem's numbers; a template's sibling does not
                 if row_numbers is None:
-                    row_numbers = [_numbers(c) for c in canonical(problems).to_pylist()]
+                    row_numbers = [_numbers(c) for c in canon.to_pylist()]
                 if nums - row_numbers[row]:  # some number of the item (or one of its repeats) is missing
                     continue
             bench[row], bid[row], kind[row] = self.names[item], self.ids[item], "ngram"

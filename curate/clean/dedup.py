@@ -27,6 +27,7 @@ MinHash here is vectorized with numpy over a whole batch of shingles (universal 
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -76,10 +77,11 @@ def _perm_params(num_perm: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     return a, b
 
 
-def minhash(col: pa.Array | pa.ChunkedArray, cfg: DedupConfig) -> np.ndarray:
-    """(rows, num_perm) uint32 MinHash signatures; a row without words gets all 0xFFFFFFFF."""
+def minhash(col: pa.Array | pa.ChunkedArray, cfg: DedupConfig, toks: pa.ListArray | None = None) -> np.ndarray:
+    """(rows, num_perm) uint32 MinHash signatures; a row without words gets all 0xFFFFFFFF. ``toks``: the rows'
+    tokens, when the caller has them."""
     n = len(col)
-    hashes, row = ngram_hashes(col, cfg.ngram, short_docs=True)
+    hashes, row = ngram_hashes(col, cfg.ngram, short_docs=True, toks=toks)
     sig = np.full((n, cfg.num_perm), np.iinfo(np.uint32).max, dtype=np.uint32)
     if len(hashes) == 0:
         return sig
@@ -174,8 +176,6 @@ def candidate_pairs(ids: np.ndarray, numbers: np.ndarray, sigs: np.ndarray | Non
 
 def _numbers_nested(a: str, b: str) -> bool:
     """One statement holds every number of the other (as multisets)."""
-    from collections import Counter
-
     ca, cb = Counter(a.split()), Counter(b.split())
     return not (ca - cb) or not (cb - ca)
 
@@ -246,9 +246,11 @@ def hash_strings(col: pa.Array | pa.ChunkedArray) -> np.ndarray:
     return pd.util.hash_array(vals.astype(object), categorize=True)
 
 
-def number_strings(col: pa.Array | pa.ChunkedArray) -> pa.Array:
-    """The numbers of each statement, space-separated, from the ``canonical`` form."""
-    return pc.utf8_trim_whitespace(pc.replace_substring_regex(canonical(col), r"[^0-9]+", " "))
+def number_strings(col: pa.Array | pa.ChunkedArray, canon: pa.Array | None = None) -> pa.Array:
+    """The numbers of each statement, space-separated, from the ``canonical`` form (``canon``, when the caller
+    has it)."""
+    canon = canonical(col) if canon is None else canon
+    return pc.utf8_trim_whitespace(pc.replace_substring_regex(canon, r"[^0-9]+", " "))
 
 
 def number_keys(col: pa.Array | pa.ChunkedArray) -> np.ndarray:

@@ -107,15 +107,15 @@ def canonical(col: pa.Array | pa.ChunkedArray) -> pa.Array:
     return s
 
 
-def tokens(col: pa.Array | pa.ChunkedArray) -> pa.ListArray:
-    """Tokens per row (list<string>) of the ``canonical`` text.
+def tokens(col: pa.Array | pa.ChunkedArray, canon: pa.Array | None = None) -> pa.ListArray:
+    """Tokens per row (list<string>) of the ``canonical`` text (``canon``: that text, when the caller has it).
 
     Words, numbers, command names (``\\sin`` -> ``sin``) and one token per operator, bracket or prime
     (``+ - * / = < > ^ ! | ( ) [ ] '``): ``88\\div(4\\div2)`` and ``88\\div4\\div2`` differ, and so do
     ``\\tan 180^\\circ`` and ``\\sin 180^\\circ``. Letters and digits are split apart (``a^2b`` and ``a^2 b`` both give
     ``a ^ 2 b``); every other run of characters (braces, punctuation) is a separator.
     """
-    s = canonical(col)
+    s = canonical(col) if canon is None else canon
     s = pc.replace_substring_regex(s, r"\\([a-z]+)", r" \1 ")
     s = pc.replace_substring_regex(s, r"([+\-*/=<>^!|()\[\]'])", r" \1 ")
     s = pc.replace_substring_regex(s, r"([0-9])([a-z])", r"\1 \2")
@@ -126,13 +126,14 @@ def tokens(col: pa.Array | pa.ChunkedArray) -> pa.ListArray:
     return out.combine_chunks() if isinstance(out, pa.ChunkedArray) else out
 
 
-def sequence_keys(col: pa.Array | pa.ChunkedArray) -> list[str]:
-    """The word-sequence key of each row: its tokens without question words, joined by spaces.
+def sequence_keys(col: pa.Array | pa.ChunkedArray, toks: pa.ListArray | None = None) -> list[str]:
+    """The word-sequence key of each row: its tokens (``toks``, when the caller has them) without question
+    words, joined by spaces.
 
     Equal keys mean the same statement up to formatting and the wording of the ask, which protects short
     items that have too few words for an n-gram rule.
     """
-    toks = tokens(col)
+    toks = tokens(col) if toks is None else toks
     flat = toks.flatten()
     keep = pc.invert(pc.is_in(flat, value_set=_ASK_ARRAY))
     counts = pc.list_value_length(toks).fill_null(0).to_numpy(zero_copy_only=False)
@@ -170,14 +171,16 @@ def _word_hashes(flat: pa.Array) -> np.ndarray:
     return table[enc.indices.to_numpy(zero_copy_only=False)]
 
 
-def ngram_hashes(col: pa.Array | pa.ChunkedArray, n: int, short_docs: bool = True) -> tuple[np.ndarray, np.ndarray]:
+def ngram_hashes(col: pa.Array | pa.ChunkedArray, n: int, short_docs: bool = True,
+                 toks: pa.ListArray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Hashes of every word n-gram of every row.
 
     Returns ``(hashes, row)`` as two aligned 1-D arrays: ``hashes[j]`` (uint64) belongs to row ``row[j]``.
     A row with fewer than ``n`` words yields one hash of all its words when ``short_docs`` is true
-    (so short problems still get a shingle for near-dup), and nothing otherwise.
+    (so short problems still get a shingle for near-dup), and nothing otherwise. ``toks``: the rows' ``tokens``,
+    when the caller has them.
     """
-    toks = tokens(col)
+    toks = tokens(col) if toks is None else toks
     offsets = toks.offsets.to_numpy()
     offsets = offsets - offsets[0]
     flat = toks.flatten()
