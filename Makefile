@@ -1,4 +1,4 @@
-# The two set-up commands: `make demo` (bundled sample through every stage) and `make test`.
+# The two set-up commands: `make demo` (the bundled sample through every stage, as a Prefect flow) and `make test`.
 # Each installs what it needs into a local virtualenv (.venv) from the package registries.
 VENV ?= .venv
 PY := $(VENV)/bin/python

@@ -408,8 +408,25 @@ def load_card(folder: str | Path) -> dict:
         return build_card(folder)
     except ManifestError:
         if f.is_file():
-            return json.loads(f.read_text())
+            return _numeric_order(json.loads(f.read_text()))
         raise
+
+
+def _numeric_order(card: dict) -> dict:
+    """Pass-count histograms in the order of their counts again (``card.json`` is written with its keys sorted as
+    text, which puts "10" between "1" and "2")."""
+    def by_count(h: dict) -> dict:
+        return dict(sorted(h.items(), key=lambda kv: int(kv[0]))) if all(str(k).isdigit() for k in h) else h
+
+    d = card.get("difficulty")
+    if isinstance(d, dict):
+        for key in ("histogram", "by_source", "histogram_by_level"):
+            v = d.get(key)
+            if isinstance(v, dict) and key == "histogram":
+                d[key] = by_count(v)
+            elif isinstance(v, dict):
+                d[key] = {name: by_count(h) if isinstance(h, dict) else h for name, h in v.items()}
+    return card
 
 
 # ------------------------------------------------------------------------------------------ terminal

@@ -9,7 +9,7 @@
     gradus export DIR --out DIR [--format parquet|jsonl|hf] [--total N] [--target uniform] [--curriculum]
     gradus train CONFIG [--resume]          (GRPO-family training on exported Parquet prompt sets)
     gradus model convert|path               (the bundled SmolLM2, converted once to safetensors)
-    gradus demo [--out DIR]                 (the bundled sample through every stage)
+    gradus demo [--out DIR]                 (the bundled sample through every stage, as a Prefect flow)
     gradus show DIR                         (a stage output's counts and reasons)
     gradus flow run|serve|plan CONFIG --out DIR [--cron "0 3 * * *"]   (the pipeline as a Prefect flow)
 """
@@ -96,18 +96,61 @@ def cmd_curate(a: argparse.Namespace) -> None:
 
 
 def cmd_demo(a: argparse.Namespace) -> None:
-    from curate.demo import run_demo
+    """The bundled sample through every stage: the flow of ``flows/demo.toml`` on the embedded Prefect."""
+    from flows.flow import DEMO_CONFIG
 
-    out = Path(a.out)
-    r = run_demo(out, a.estimate_rows, a.force, progress=not a.no_progress, say=print)  # says each step as it starts
-    if r.estimate is not None:
-        _print_estimate(r.estimate, out / "5_difficulty")
-    if r.export is not None:
-        _print_export(r.export, out / "6_export")
-    from data_cards.render import load_card, show_text
+    if a.estimate_rows is not None:
+        import dataclasses
 
-    print(show_text(load_card(out)))
-    print(f"data card: {out / 'README.md'} (plots in {out / 'plots'}); the export's own: {out / '6_export' / 'README.md'}")
+        from flows.flow import FlowConfig
+
+        cfg = FlowConfig.load(DEMO_CONFIG)
+        if cfg.difficulty is not None and a.estimate_rows > 0:
+            cfg = dataclasses.replace(cfg, difficulty=dataclasses.replace(cfg.difficulty, limit=a.estimate_rows))
+        elif a.estimate_rows <= 0:
+            cfg = dataclasses.replace(cfg, difficulty=None, export=None)
+    else:
+        cfg = None
+    _run_flow(DEMO_CONFIG, Path(a.out).resolve(), cfg, progress=not a.no_progress, verbose=getattr(a, "verbose", False))
+
+
+def _run_flow(path, out: Path, cfg=None, progress: bool = False, verbose: bool = False) -> None:
+    """Run the flow of config ``path`` (or ``cfg``, already loaded) into ``out``; print what it did, the card and the
+    export's paths."""
+    from flows.flow import FlowConfig, run_flow
+
+    if not verbose:
+        os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")  # the flow's own report is printed below
+        # the embedded server's usage telemetry cannot reach its host offline and logs an error each start
+        os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    cfg = cfg or FlowConfig.load(path)
+    for i, step in enumerate(cfg.plan(), 1):
+        print(f"{i}. {step}")
+    s = run_flow(cfg, out, progress=progress)
+    state = "nothing to do: every stage already complete" if s["all_skipped"] else f"done in {s['seconds']}s"
+    print(f"\nflow run {s['run']}: {state}")
+    for st in s["stages"].values():
+        print(f"  {Path(st['folder']).name}: {st['rows_in']:,} in, {st['rows_kept']:,} kept"
+              + (" (skipped)" if st.get("skipped") else ""))
+    for miss in s["missing_sources"]:
+        print(f"  missing source {miss['source']}: {miss['error'][:200]}")
+    from curate.core.manifest import Manifest
+
+    stages = out / "stages"
+    if "difficulty" in s["stages"]:
+        print()
+        _print_estimate(Manifest.load(stages / "5_difficulty"), stages / "5_difficulty")
+    if "export" in s["stages"]:
+        print()
+        _print_export(Manifest.load(stages / "6_export"), stages / "6_export")
+    if s.get("card"):
+        from data_cards.render import load_card, show_text
+
+        card = Path(s["card"]["card"]).parent
+        print()
+        print(show_text(load_card(card)))
+        print(f"data card: {out / 'latest' / 'card' / 'README.md'} (plots in {out / 'latest' / 'card' / 'plots'})")
+    print(f"run record: {out / 'latest'} (summary.json, card/, card_diff.txt); stage outputs: {stages}")
 
 
 def cmd_estimate(a: argparse.Namespace) -> None:
@@ -142,7 +185,8 @@ def _print_estimate(m, out: Path) -> None:
     for reason, n in m.rejected_by_reason.items():
         print(f"  rejected {reason}: {n}")
     print(f"  model {st['model']} ({st['model_revision']}), k={st['k']}, store: {st.get('store')}")
-    print(f"  pass-count histogram (n_correct: problems): {st['pass_count_histogram']}")
+    hist = dict(sorted(st["pass_count_histogram"].items(), key=lambda kv: int(kv[0])))  # JSON sorts the keys as text
+    print(f"  pass-count histogram (n_correct: problems): {hist}")
     print(f"  sample outcomes: {st['sample_outcomes']}  truncation rate: {st['truncation_rate']}")
     run = st["this_run"]
     if run.get("tokens_per_s"):
@@ -210,7 +254,7 @@ def cmd_model(a: argparse.Namespace) -> None:
 
 
 def cmd_flow(a: argparse.Namespace) -> None:
-    from flows.flow import FlowConfig, build_flow, run_flow
+    from flows.flow import FlowConfig, build_flow
 
     if not getattr(a, "verbose", False):
         os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")  # the flow's own report is printed below
@@ -221,15 +265,7 @@ def cmd_flow(a: argparse.Namespace) -> None:
         return
     out = Path(a.out).resolve()
     if a.action == "run":
-        s = run_flow(cfg, out)
-        state = "nothing to do: every stage already complete" if s["all_skipped"] else f"done in {s['seconds']}s"
-        print(f"flow run {s['run']}: {state}")
-        for st in s["stages"].values():
-            print(f"  {Path(st['folder']).name}: {st['rows_in']:,} in, {st['rows_kept']:,} kept"
-                  + (" (skipped)" if st.get("skipped") else ""))
-        for miss in s["missing_sources"]:
-            print(f"  missing source {miss['source']}: {miss['error'][:200]}")
-        print(f"  run record: {out / 'latest'}  card: {s.get('card', {}).get('card', '-')}")
+        _run_flow(a.config, out, cfg, progress=not a.no_progress, verbose=getattr(a, "verbose", False))
     else:  # serve: a deployment on a schedule, served from this process (Prefect's serve)
         cfg.plan()
         out.mkdir(parents=True, exist_ok=True)
@@ -467,13 +503,14 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     s.add_argument("--cron", default="0 3 * * *", help="serve: the schedule (cron syntax, UTC)")
     s.add_argument("--name", default="gradus-nightly", help="serve: the deployment's name")
     s.add_argument("--dry-run", action="store_true", help="check the config and print the plan")
+    s.add_argument("--no-progress", action="store_true", help="run: no estimation progress bar")
     s.set_defaults(fn=cmd_flow)
 
-    s = sub.add_parser("demo", help="the bundled sample through every stage")
+    s = sub.add_parser("demo", help="the bundled sample through every stage, as the Prefect flow of flows/demo.toml")
     s.add_argument("--out", default="runs/demo")
-    s.add_argument("--estimate-rows", type=int, default=40, help="rows to score with the bundled model (0: none)")
+    s.add_argument("--estimate-rows", type=int, default=None,
+                   help="rows to score with the bundled model (default: the config's 60; 0: no estimation or export)")
     s.add_argument("--no-progress", action="store_true")
-    s.add_argument("--force", action="store_true")
     s.set_defaults(fn=cmd_demo)
 
     s = sub.add_parser("card", help="data cards: build (README.md + card.json + plots), show in the terminal, diff two runs")

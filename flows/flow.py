@@ -35,6 +35,7 @@ from curate.pipeline import CurateConfig
 from curate.select.export import ExportConfig
 
 RUNNERS = ("local", "ray")
+DEMO_CONFIG = Path(__file__).resolve().parent / "demo.toml"  # the bundled demo (``gradus demo``)
 STAGE_FOLDERS = ("1_ingest", "2_filter", "3_decontam", "4_dedup", "5_difficulty", "6_export")
 
 
@@ -46,6 +47,8 @@ class FlowConfig:
     card: bool = True  # build the run's data card and publish it as a Prefect artifact
     runner: str = "local"  # local (threads in this process) | ray (prefect-ray's RayTaskRunner)
     ray_address: str | None = None  # runner ray: a cluster address; None: a local Ray instance
+    estimate_workers: int = 1  # runner ray: difficulty split by chunk across this many workers, an engine each
+    gpus_per_worker: float | None = None  # GPUs each estimation worker asks Ray for; None: 1 if the cluster has GPUs
     sampler_retries: int = 2  # retries of the difficulty task (an engine or a server that fell over)
     retry_delays_s: tuple[int, ...] = field(default=(10, 60))  # backoff between those retries
 
@@ -55,15 +58,24 @@ class FlowConfig:
             raise ConfigError("export: needs a difficulty section (exports select by pass rate)")
         if self.sampler_retries < 0:
             raise ConfigError("sampler_retries must be >= 0")
+        if self.estimate_workers < 1:
+            raise ConfigError("estimate_workers must be >= 1")
+        if self.estimate_workers > 1 and self.runner != "ray":
+            raise ConfigError(f"estimate_workers = {self.estimate_workers} needs runner = \"ray\" (an engine per worker "
+                              "process); the local runner estimates in one process")
+        if self.gpus_per_worker is not None and self.gpus_per_worker < 0:
+            raise ConfigError("gpus_per_worker must be >= 0")
 
     @classmethod
     def from_dict(cls, d: dict, base_dir: Path | None = None) -> FlowConfig:
-        flow_keys = {"difficulty", "export", "card", "runner", "ray_address", "sampler_retries", "retry_delays_s"}
+        rest_keys = ("card", "runner", "ray_address", "estimate_workers", "gpus_per_worker", "sampler_retries",
+                     "retry_delays_s")
+        flow_keys = {"difficulty", "export", *rest_keys}
         check_keys(d, {"sources", "filters", "decontam", "dedup"} | flow_keys, "config")
         cur = CurateConfig.from_dict({k: v for k, v in d.items() if k not in flow_keys}, base_dir)
         diff = from_dict(EstimateConfig, d["difficulty"], "difficulty", base_dir) if d.get("difficulty") is not None else None
         exp = from_dict(ExportConfig, d["export"], "export", base_dir) if d.get("export") is not None else None
-        rest = {k: d[k] for k in ("card", "runner", "ray_address", "sampler_retries", "retry_delays_s") if k in d}
+        rest = {k: d[k] for k in rest_keys if k in d}
         if "retry_delays_s" in rest:
             rest["retry_delays_s"] = tuple(rest["retry_delays_s"])
         try:
@@ -87,7 +99,8 @@ class FlowConfig:
             s = self.difficulty.sampling
             steps.append(f"difficulty: {self.difficulty.model or 'bundled SmolLM2'} on {self.difficulty.backend}, k={s.k}, "
                          f"T={s.temperature}, {s.max_tokens} tokens" + (f", first {self.difficulty.limit} rows"
-                                                                        if self.difficulty.limit else ""))
+                                                                        if self.difficulty.limit else "")
+                         + (f", split across {self.estimate_workers} workers" if self.estimate_workers > 1 else ""))
         if self.export is not None:
             steps.append(f"export: {self.export.format}, target {self.export.target}"
                          + (", curriculum stages" if self.export.curriculum else ""))
@@ -114,13 +127,38 @@ def _stage(kind: str, inputs: list[str], out: str, cfg) -> dict:
             "removed": m.rejected_by_reason}
 
 
-def _difficulty(inputs: list[str], out: str, cfg: EstimateConfig) -> dict:
+def _difficulty(inputs: list[str], out: str, cfg: EstimateConfig, progress: bool = False) -> dict:
     from curate.difficulty.estimate import estimate
 
-    m = estimate([Path(x) for x in inputs], Path(out), cfg, progress=False)
+    m = estimate([Path(x) for x in inputs], Path(out), cfg, progress=progress)
     this_run = m.stats.get("this_run") or {}
     return {"folder": out, "rows_in": m.rows_in, "rows_kept": m.rows_kept, "skipped": m.skipped,
             "samples": this_run.get("samples", 0), "rows_from_store": this_run.get("store_hits", 0)}
+
+
+def _difficulty_begin(inputs: list[str], out: str, cfg: EstimateConfig) -> dict | None:
+    """Claim the folder of a shared estimation; the finished stage's summary if there is nothing to do."""
+    from curate.difficulty.estimate import Estimator
+
+    m = Estimator([Path(x) for x in inputs], Path(out), cfg, progress=False).begin()
+    return None if m is None else {"folder": out, "rows_in": m.rows_in, "rows_kept": m.rows_kept, "skipped": True,
+                                   "samples": 0, "rows_from_store": 0}
+
+
+def _difficulty_share(inputs: list[str], out: str, cfg: EstimateConfig, worker: int, workers: int) -> dict:
+    from curate.difficulty.estimate import Estimator
+
+    return Estimator([Path(x) for x in inputs], Path(out), cfg, progress=False).run_share(worker, workers)
+
+
+def _difficulty_finish(inputs: list[str], out: str, cfg: EstimateConfig, shares: list[dict]) -> dict:
+    from curate.difficulty.estimate import Estimator
+
+    m = Estimator([Path(x) for x in inputs], Path(out), cfg, progress=False).finish_shares(shares)
+    this_run = m.stats.get("this_run") or {}
+    return {"folder": out, "rows_in": m.rows_in, "rows_kept": m.rows_kept, "skipped": m.skipped,
+            "samples": this_run.get("samples", 0), "rows_from_store": this_run.get("store_hits", 0),
+            "workers": len(shares)}
 
 
 def _export(inputs: list[str], out: str, cfg: ExportConfig) -> dict:
@@ -177,9 +215,10 @@ def previous_run(out: Path) -> Path | None:
     return link.resolve() if link.is_symlink() and link.resolve().is_dir() else None
 
 
-def build_flow(cfg: FlowConfig, api_url: str | None = None):
+def build_flow(cfg: FlowConfig, api_url: str | None = None, progress: bool = False):
     """The Prefect flow for ``cfg`` (its task runner chosen by ``cfg.runner``); ``api_url``: the Prefect API the
-    Ray workers report to (``run_flow`` passes the one the flow uses)."""
+    Ray workers report to (``run_flow`` passes the one the flow uses); ``progress``: the estimation's progress bar
+    on stderr (one engine in this process)."""
     from prefect import flow, get_run_logger, task
     from prefect.artifacts import create_markdown_artifact, create_table_artifact
     from prefect.cache_policies import NO_CACHE
@@ -188,6 +227,10 @@ def build_flow(cfg: FlowConfig, api_url: str | None = None):
     stage_t = task(_stage, name="stage", cache_policy=NO_CACHE)
     difficulty_t = task(_difficulty, name="difficulty", cache_policy=NO_CACHE, retries=cfg.sampler_retries,
                         retry_delay_seconds=list(cfg.retry_delays_s))
+    begin_t = task(_difficulty_begin, name="difficulty begin", cache_policy=NO_CACHE)
+    share_t = task(_difficulty_share, name="difficulty share", cache_policy=NO_CACHE, retries=cfg.sampler_retries,
+                   retry_delay_seconds=list(cfg.retry_delays_s))
+    finish_t = task(_difficulty_finish, name="difficulty finish", cache_policy=NO_CACHE)
     export_t = task(_export, name="export", cache_policy=NO_CACHE)
     card_t = task(_card, name="card", cache_policy=NO_CACHE)
 
@@ -237,7 +280,12 @@ def build_flow(cfg: FlowConfig, api_url: str | None = None):
             summary["stages"][kind] = r
             last = [r["folder"]]
         if cfg.difficulty is not None:
-            r = difficulty_t.submit(last, str(stages / "5_difficulty"), cfg.difficulty).result()
+            folder = str(stages / "5_difficulty")
+            if cfg.estimate_workers == 1:
+                r = difficulty_t.submit(last, folder, cfg.difficulty, progress).result()
+            else:
+                r = begin_t.submit(last, folder, cfg.difficulty).result() or _fan_out(
+                    share_t, finish_t, last, folder, cfg, log)
             summary["stages"]["difficulty"] = r
             if cfg.export is not None:
                 summary["stages"]["export"] = export_t.submit([r["folder"]], str(stages / "6_export"), cfg.export).result()
@@ -259,6 +307,24 @@ def build_flow(cfg: FlowConfig, api_url: str | None = None):
     return gradus_flow
 
 
+def _fan_out(share_t, finish_t, inputs: list[str], folder: str, cfg: FlowConfig, log) -> dict:
+    """One share task per worker, each with its own engine (and a GPU from Ray when the cluster has them)."""
+    from prefect_ray.context import remote_options
+
+    gpus = cfg.gpus_per_worker
+    if gpus is None:
+        import ray
+
+        gpus = 1.0 if ray.is_initialized() and ray.cluster_resources().get("GPU", 0) >= 1 else 0.0
+    n = cfg.estimate_workers
+    log.info("difficulty: %d workers, %s GPU each", n, gpus)
+    with remote_options(num_gpus=gpus) if gpus else remote_options():
+        futures = [share_t.with_options(name=f"difficulty share {w}/{n}").submit(inputs, folder, cfg.difficulty, w, n)
+                   for w in range(n)]
+    shares = [f.result() for f in futures]
+    return finish_t.submit(inputs, folder, cfg.difficulty, shares).result()
+
+
 def _waterfall(summary: dict) -> list[dict]:
     rows = [{"stage": "ingest", "rows_in": sum(r["rows_in"] for r in summary["ingest"]),
              "rows_out": sum(r["rows_kept"] for r in summary["ingest"]), "skipped": all(r["skipped"] for r in summary["ingest"])}]
@@ -267,12 +333,12 @@ def _waterfall(summary: dict) -> list[dict]:
     return rows
 
 
-def run_flow(cfg: FlowConfig, out: Path) -> dict:
+def run_flow(cfg: FlowConfig, out: Path, progress: bool = False) -> dict:
     """Run the flow once (embedded Prefect unless ``PREFECT_API_URL`` points at a server)."""
     cfg.plan()  # sources, benchmarks and settings checked before any task runs
     Path(out).mkdir(parents=True, exist_ok=True)
     if cfg.runner != "ray":
-        return build_flow(cfg)(str(out))
+        return build_flow(cfg, progress=progress)(str(out))
     from prefect.settings import PREFECT_API_URL, get_current_settings, temporary_settings
 
     url = get_current_settings().api.url

@@ -144,7 +144,7 @@ class TrainConfig:
     dynamic_sampling_metric: str = "acc"  # acc | reward: what must differ inside a group (DAPO and verl: acc)
     # rollouts
     rollout_backend: str = "vllm"  # vllm | hf
-    template: str = "chat"  # prompt template: chat | qwen_math | r1 | none
+    template: str = "chat"  # prompt template: chat | qwen_math | r1 | none | fewshot
     prompts_per_step: int = 8  # prompts (groups) per rollout step (our default for small machines; DAPO: 512)
     group_size: int = 8  # completions per prompt (Dr. GRPO: 8)
     max_tokens: int = 256  # completion budget per rollout (our default; DAPO: 20480)

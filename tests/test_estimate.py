@@ -96,6 +96,12 @@ def test_templates():
     assert templates.messages("chat", p) == [{"role": "user", "content": p + "\n" + templates.BOXED_INSTRUCTION}]
     with pytest.raises(templates.TemplateError, match="needs a tokenizer"):
         templates.render("chat", p)
+    few = templates.messages("fewshot", p)  # three worked exchanges, then the problem
+    assert [m["role"] for m in few] == ["user", "assistant"] * 3 + ["user"] and few[-1]["content"] == p
+    assert [m["content"][-14:] for m in few if m["role"] == "assistant"] == [
+        "s $\\boxed{6}$.", " $\\boxed{12}$.", "s $\\boxed{7}$."]
+    with pytest.raises(templates.TemplateError, match="'fewshot' needs a tokenizer"):
+        templates.render("fewshot", p)
 
 
 class ScriptedSampler(Sampler):
@@ -192,6 +198,43 @@ def test_killed_run_resumes_without_duplicates_or_losses(tmp_path, small_input):
     assert a.num_rows == 10 and a["id"].to_pylist() == b["id"].to_pylist()
     assert a["correct"].to_pylist() == b["correct"].to_pylist()
     assert m.rows_in == m.rows_kept + m.rows_rejected == full.rows_in
+
+
+def test_a_run_split_into_shares_scores_what_one_process_scores(tmp_path, small_input):
+    """Three shares (chunks 0..3 of 3 rows, dealt round robin) give the rows, pass counts and shard bytes of one run;
+    a share killed part way leaves its finished chunks, and its rerun does only the rest."""
+    import hashlib
+
+    from curate.difficulty.estimate import EstimateError, Estimator, estimate_shared
+
+    cfg = _cfg(tmp_path, store=None)
+    one = estimate([small_input], tmp_path / "one", cfg, sampler=ScriptedSampler(cfg.sampling, _script(4)), progress=False)
+    out = tmp_path / "shared"
+    assert Estimator([small_input], out, cfg, progress=False).begin() is None
+    s0 = ScriptedSampler(cfg.sampling, _script(4))
+    share0 = Estimator([small_input], out, cfg, s0, progress=False).run_share(0, 3)
+    assert sorted(p.name for p in (out / "kept").glob("*.parquet")) == ["part_000000.parquet", "part_000003.parquet"]
+    assert len(s0.served) == 4  # chunk 0 (3 rows) and chunk 3 (row 9; row 10 has no gold)
+    with pytest.raises(EstimateError, match="2 chunk"):  # shares 1 and 2 have not run
+        Estimator([small_input], out, cfg, progress=False).finish_shares([share0])
+    s1 = ScriptedSampler(cfg.sampling, _script(4), fail_after=1)
+    with pytest.raises(KeyboardInterrupt):  # killed inside its only chunk: nothing of it is on disk
+        Estimator([small_input], out, cfg, s1, progress=False).run_share(1, 3)
+    shares = [share0] + [Estimator([small_input], out, cfg, ScriptedSampler(cfg.sampling, _script(4)),
+                                   progress=False).run_share(w, 3) for w in (1, 2)]
+    m = Estimator([small_input], out, cfg, progress=False).finish_shares(shares)
+    assert (m.rows_in, m.rows_kept, m.rows_rejected) == (one.rows_in, one.rows_kept, one.rows_rejected) == (11, 10, 1)
+    assert m.stats["this_run"]["samples"] == 40 and m.stats["this_run"]["shares"] == 3
+    assert m.stats["pass_count_histogram"] == one.stats["pass_count_histogram"]
+
+    def hashes(d):
+        return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted((d / "kept").glob("*.parquet"))}
+
+    assert hashes(out) == hashes(tmp_path / "one") and len(hashes(out)) == 4
+    # the whole thing in one call, and a second call finds it complete
+    m2 = estimate_shared([small_input], tmp_path / "s2", cfg, 2, sampler=ScriptedSampler(cfg.sampling, _script(4)))
+    assert hashes(tmp_path / "s2") == hashes(tmp_path / "one") and not m2.skipped
+    assert estimate_shared([small_input], tmp_path / "s2", cfg, 2, sampler=ScriptedSampler(cfg.sampling, _script(4))).skipped
 
 
 def test_other_settings_in_the_same_folder_are_refused(tmp_path, small_input):

@@ -31,7 +31,7 @@ import threading
 import time
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -88,7 +88,7 @@ def wilson(n_correct: int, n: int, z: float = 1.959964) -> tuple[float, float]:
 class EstimateConfig:
     model: str | None = None  # model folder or hub id; None: the bundled SmolLM2-135M-Instruct (converted once)
     backend: str = "vllm"  # vllm (in process) | hf (transformers generate) | openai (any OpenAI-compatible server)
-    template: str = "chat"  # chat (the model's own) | qwen_math | r1 | none (Dr. GRPO's comparison)
+    template: str = "chat"  # chat (the model's own) | qwen_math | r1 | none (Dr. GRPO's comparison) | fewshot
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     chunk_rows: int = 64  # rows per output part, the unit of resume (our choice: a part every minute or so on CPU)
     keep_responses: bool = False  # also write every response to responses/
@@ -155,7 +155,7 @@ def template_fingerprint(template: str, tokenizer=None) -> str:
     """Hash of what the template makes of a probe problem: its text, its chat template and its instruction."""
     probe = "<<gradus-probe-problem>>"
     parts = [template, json.dumps(templates.messages(template, probe))]
-    if tokenizer is not None or template != "chat":
+    if tokenizer is not None or template not in templates.CHAT_TEMPLATES:
         parts.append(templates.render(template, probe, tokenizer))
     return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:16]
 
@@ -288,6 +288,7 @@ class _RunInfo:
     sampler: dict | None = None
     grading: dict = field(default_factory=dict)
     gen_started: float = 0.0
+    shares: int = 1  # engines the run was split across (``run_share``)
 
 
 class _Histogram:
@@ -344,23 +345,81 @@ class Estimator:
             path, info.model = resolve_model(cfg.model)
         info.revision = cfg.model_revision or (model_revision(path) if path else "unresolved")
 
-    def run(self, force: bool = False) -> Manifest:
+    def _runner(self, force: bool = False) -> Runner:
         self._resolve_model()
         config = {**self._config(), "model_name": self.info.model, "model_revision_resolved": self.info.revision}
-        runner = Runner(STAGE, self.out, input_entries(self.inputs), config, force, input_folders=self.inputs)
+        return Runner(STAGE, self.out, input_entries(self.inputs), config, force, input_folders=self.inputs)
+
+    def _done(self) -> set[int]:
+        return {int(p.stem.split("_")[1]) for p in shard_paths(self.out / "kept")}
+
+    def run(self, force: bool = False) -> Manifest:
+        runner = self._runner(force)
         done_before = runner.previous()
         if done_before is not None:
             return done_before
         runner.begin(keep_parts=True)
-        done = {int(p.stem.split("_")[1]) for p in shard_paths(self.out / "kept")}
+        done = self._done()
         self._generate(done)
         return self._finish(runner, len(done))
 
+    # ---- one run split into shares (the flow fans them out, one engine each) -------------------------
+    def begin(self, force: bool = False) -> Manifest | None:
+        """Claim the output folder for a shared run; returns the complete output if there is one (nothing to do)."""
+        runner = self._runner(force)
+        done_before = runner.previous()
+        if done_before is not None:
+            return done_before
+        runner.begin(keep_parts=True)
+        return None
+
+    def run_share(self, worker: int, workers: int) -> dict:
+        """Score chunk ``c`` for every ``c % workers == worker`` not already on disk, with an engine of its own.
+
+        Per-sample seeds depend on the problem and the sample index only, so the shares together draw exactly what
+        one process draws; what this share did comes back as a small dict for ``finish_shares``."""
+        if not 0 <= worker < workers:
+            raise EstimateError(f"worker {worker} is not one of 0..{workers - 1}")
+        self._resolve_model()
+        done = self._done()
+        self._generate(done, lambda c: c % workers == worker)
+        mine = [c for c in done if c % workers == worker]
+        return {"worker": worker, "stats": dict(self.stats), "chunks_done_before": len(mine), "info": asdict(self.info)}
+
+    def finish_shares(self, shares: list[dict]) -> Manifest:
+        """The manifest of a shared run, once every share has returned (every chunk checked on disk)."""
+        runner = self._runner()
+        total = len(list(_chunks(self.inputs, self.cfg.chunk_rows, self.cfg.limit)))
+        missing = sorted(set(range(total)) - self._done())
+        if missing:
+            raise EstimateError(f"{len(missing)} chunk(s) not scored ({missing[:5]}...): a share did not finish; "
+                                "run it again (finished chunks are kept)")
+        stats: defaultdict[str, float] = defaultdict(float)
+        for sh in shares:
+            for k, v in sh["stats"].items():
+                if k == "generate_seconds":  # the shares run side by side: the run took as long as the slowest
+                    stats[k] = max(stats[k], v)
+                elif k not in ("chunks_total", "chunks_done_before"):
+                    stats[k] += v
+        stats["chunks_total"] = total
+        self.stats = stats
+        infos = [sh["info"] for sh in sorted(shares, key=lambda x: x["worker"]) if sh["info"].get("sampler")]
+        if infos:
+            first = infos[0]
+            self.info.param_key, self.info.store_note = first["param_key"], first["store_note"]
+            self.info.sampler = first["sampler"]
+            grading: Counter = Counter()
+            for i in infos:
+                grading.update({k: v for k, v in (i.get("grading") or {}).items() if isinstance(v, int | float)})
+            self.info.grading = dict(grading)
+        self.info.shares = len(shares)
+        return self._finish(runner, sum(sh["chunks_done_before"] for sh in shares))
+
     # ---- the run -------------------------------------------------------------------------------------
-    def _generate(self, done: set[int]) -> None:
+    def _generate(self, done: set[int], mine: Callable[[int], bool] | None = None) -> None:
         cfg, s = self.cfg, self.cfg.sampling
         all_chunks = list(_chunks(self.inputs, cfg.chunk_rows, cfg.limit))
-        todo_chunks = [(i, t) for i, t in enumerate(all_chunks) if i not in done]
+        todo_chunks = [(i, t) for i, t in enumerate(all_chunks) if i not in done and (mine is None or mine(i))]
         self.stats["chunks_total"] = len(all_chunks)
         self.stats["chunks_done_before"] = len(done)
         if not todo_chunks:
@@ -444,8 +503,9 @@ class Estimator:
                         rejected[i] = ("prompt_too_long", f"{n_prompt} prompt tokens > max_prompt_tokens {s.max_prompt_tokens}")
                         continue
                 else:
-                    text = prob if cfg.template in ("chat", "qwen_math") else templates.render(cfg.template, prob)
-                    req = GenRequest(f"{c}:{i}:{pid}", text, None, msgs if cfg.template in ("chat", "qwen_math") else None,
+                    chat = cfg.template in templates.MESSAGE_TEMPLATES  # a chat endpoint applies the model's markup
+                    text = prob if chat else templates.render(cfg.template, prob)
+                    req = GenRequest(f"{c}:{i}:{pid}", text, None, msgs if chat else None,
                                      seed_key=pid)
                     ptoks[i] = None
                 row = store.get(prob, str(ans)) if store is not None else None
@@ -618,6 +678,7 @@ class Estimator:
                 "tokens_per_s": round(self.stats["tokens"] / gen_s, 1) if gen_s else None,
                 "grading": self.info.grading,
                 "sampler": self.info.sampler,
+                "shares": self.info.shares,
             },
         }
         kept_shards = [{"path": p.name, "rows": pq.ParquetFile(p).metadata.num_rows, "sha256": file_sha256(p)}
@@ -644,4 +705,16 @@ def estimate(inputs: list[Path], out: Path, cfg: EstimateConfig, sampler: Sample
     return Estimator(inputs, out, cfg, sampler, progress).run(force)
 
 
-__all__ = ["EstimateConfig", "DifficultyStore", "estimate", "wilson", "param_key", "row_key", "store_identity", "OUTCOMES"]
+def estimate_shared(inputs: list[Path], out: Path, cfg: EstimateConfig, workers: int, sampler: Sampler | None = None,
+                    force: bool = False) -> Manifest:
+    """``estimate`` split into ``workers`` shares run one after another in this process (what the flow runs side
+    by side on Ray, an engine each); the same rows and pass counts as ``estimate``."""
+    done = Estimator(inputs, out, cfg, sampler, progress=False).begin(force)
+    if done is not None:
+        return done
+    shares = [Estimator(inputs, out, cfg, sampler, progress=False).run_share(w, workers) for w in range(workers)]
+    return Estimator(inputs, out, cfg, sampler, progress=False).finish_shares(shares)
+
+
+__all__ = ["EstimateConfig", "DifficultyStore", "Estimator", "estimate", "estimate_shared", "wilson", "param_key", "row_key",
+           "store_identity", "OUTCOMES"]

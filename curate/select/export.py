@@ -75,7 +75,7 @@ class ExportConfig:
     shortfall: str = "redistribute"  # when a bucket has fewer rows than its quota: redistribute | fail
     include_ends: bool = False  # let never- and always-solved rows in (Skywork-OR1, Open-R1, POLARIS leave them out)
     curriculum: bool = False  # one folder per stage, easy to hard (Kimi k1.5's curriculum sampling)
-    template: str = "chat"  # prompt template: chat | qwen_math | r1 | none
+    template: str = "chat"  # prompt template: chat | qwen_math | r1 | none | fewshot
     tokenizer: str | None = None  # model whose chat template renders the prompt text (template chat)
     seed: int = 0  # selection and order seed
     weight_floor: float = 0.05  # floor of Kimi's 1 - pass_rate resampling weight (our choice: solved rows not starved)
@@ -138,7 +138,7 @@ def pass_rates_over_k(t: pa.Table) -> pa.Table:
 
 def _render(table: pa.Table, cfg: ExportConfig, stage: list[int | None]) -> pa.Table:
     tok = None
-    if cfg.template == "chat" and cfg.tokenizer:
+    if cfg.template in templates.CHAT_TEMPLATES and cfg.tokenizer:
         from transformers import AutoTokenizer
 
         from curate.difficulty.models import resolve_model
@@ -148,8 +148,9 @@ def _render(table: pa.Table, cfg: ExportConfig, stage: list[int | None]) -> pa.T
     for prob in table["problem"].to_pylist():
         msgs = templates.messages(cfg.template, prob)
         messages.append(msgs)
-        if cfg.template == "chat" and tok is None:
-            prompts.append(msgs[0]["content"])  # no tokenizer named: the user turn, for trainers that template it
+        if cfg.template in templates.CHAT_TEMPLATES and tok is None:
+            # no tokenizer named: the last user turn, for trainers that template it (``messages`` has the examples)
+            prompts.append(msgs[-1]["content"])
         else:
             prompts.append(templates.render(cfg.template, prob, tok))
     n = table.num_rows

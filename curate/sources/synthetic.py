@@ -7,6 +7,9 @@ names it as a source:
 - kinds: ``arith`` (sums/products), ``linear`` (solve a*x+b=c), ``modpow`` (a^b mod m), ``gcd``,
   ``fracsum`` (p/q + r/s in lowest terms); ``difficulty`` (1-5) sets the size of the numbers and the
   number of terms, and is stored as the row's declared difficulty.
+- ``mix=ladder``: the level is drawn first and the problem built for it, so that the level tracks how hard the
+  problem is for a small model (calibrated on the bundled SmolLM2-135M with the ``fewshot`` template; rungs in
+  ``_ladder``). ``mix=kinds`` (the default) cycles through ``kinds`` and draws the level for each.
 - ``extras=1`` appends the hand-written items of ``HANDWRITTEN``: multiple choice, proofs, yes/no,
   multi-part, figure-dependent, missing and unparseable answers, duplicates and a contaminated item;
   each says which reason the pipeline must give it (``expect``), and the tests check exactly that.
@@ -82,6 +85,57 @@ def _fracsum(rng: np.random.Generator, d: int) -> tuple[str, str, str]:
 
 
 _GEN = {"arith": _arith, "linear": _linear, "modpow": _modpow, "gcd": _gcd, "fracsum": _fracsum}
+MIXES = ("kinds", "ladder")
+
+
+def _ladder(rng: np.random.Generator, d: int) -> tuple[str, str, str, str]:
+    """A problem of ladder level ``d`` (1 easiest .. 5 hardest): (problem, answer, subject, kind).
+
+    The rungs, with the bundled SmolLM2-135M's mean pass rate per problem family under the ``fewshot``
+    template at T=0.7 (8 problems a family, k=10, measured while choosing them; ``benchmarks/ladder.py``
+    measures the rungs): 1 a one-digit sum (0.82) or a one-digit number times 10 (0.88); 2 a one-digit
+    difference or product (0.59); 3 a two-digit plus a one-digit number (0.33) or ``x + a = b`` with one-digit
+    a, x (0.36); 4 two two-digit numbers (0.19), ``2x = b`` (0.19), two-digit minus one-digit (0.12), three
+    one-digit terms (0.07); 5 a power's remainder, a gcd, a sum of fractions, ``a*x + b = c`` (0.01).
+    """
+    def pair(lo: int, hi: int) -> tuple[int, int]:
+        a, b = (int(v) for v in rng.integers(lo, hi + 1, size=2))
+        return a, b
+
+    pick = float(rng.random())
+    if d <= 1:
+        a, b = pair(1, 9)
+        if pick < 0.2:
+            return f"What is ${a} \\times 10$?", str(a * 10), "arithmetic", "times10"
+        return f"What is ${a} + {b}$?", str(a + b), "arithmetic", "add"
+    if d == 2:
+        a, b = sorted(pair(2, 9), reverse=True)
+        if pick < 0.5:
+            return f"What is ${a} - {b}$?", str(a - b), "arithmetic", "subtract"
+        return f"What is ${a} \\times {b}$?", str(a * b), "arithmetic", "multiply"
+    if d == 3:
+        a, b = int(rng.integers(10, 50)), int(rng.integers(1, 10))
+        if pick < 0.5:
+            return f"What is ${a} + {b}$?", str(a + b), "arithmetic", "add"
+        a, x = pair(1, 9)
+        return f"Solve for $x$: $x + {a} = {a + x}$.", str(x), "algebra", "linear"
+    if d == 4:
+        if pick < 0.25:
+            a, b = pair(10, 49)
+            return f"What is ${a} + {b}$?", str(a + b), "arithmetic", "add"
+        if pick < 0.5:
+            x = int(rng.integers(2, 10))
+            return f"Solve for $x$: $2x = {2 * x}$.", str(x), "algebra", "linear"
+        if pick < 0.75:
+            a, b = int(rng.integers(10, 50)), int(rng.integers(1, 10))
+            return f"What is ${a} - {b}$?", str(a - b), "arithmetic", "subtract"
+        a, b = pair(1, 9)
+        c = int(rng.integers(1, 10))
+        return f"What is ${a} + {b} + {c}$?", str(a + b + c), "arithmetic", "add"
+    kind = ("modpow", "gcd", "fracsum", "linear")[int(pick * 4)]
+    problem, answer, subject = _GEN[kind](rng, 3)
+    return problem, answer, subject, kind
+
 
 # Hand-written items: (id, problem, answer, question_type, expected pipeline outcome).
 # "keep" means the item is a valid, verifiable problem; anything else is the exact reject reason.
@@ -125,7 +179,7 @@ HANDWRITTEN: list[tuple[str, str, str | None, str | None, str]] = [
 ]
 
 def parse_spec(spec: str) -> dict:
-    opts: dict[str, Any] = {"n": 1000, "seed": 0, "difficulty": "1-5", "extras": 1, "kinds": ",".join(KINDS)}
+    opts: dict[str, Any] = {"n": 1000, "seed": 0, "difficulty": "1-5", "extras": 1, "kinds": ",".join(KINDS), "mix": "kinds"}
     body = spec.partition(":")[2]
     for part in filter(None, body.split(",")):
         k, _, v = part.partition("=")
@@ -143,17 +197,23 @@ def parse_spec(spec: str) -> dict:
     if unknown:
         raise SourceError(f"synthetic: unknown kind(s) {unknown}; kinds are {', '.join(KINDS)}")
     opts["kinds"] = kinds
+    if opts["mix"] not in MIXES:
+        raise SourceError(f"synthetic: unknown mix {opts['mix']!r}; mixes are {', '.join(MIXES)}")
     return opts
 
 
-def generate(n: int, seed: int = 0, difficulty: tuple[int, int] = (1, 5), kinds: list[str] | None = None):
+def generate(n: int, seed: int = 0, difficulty: tuple[int, int] = (1, 5), kinds: list[str] | None = None,
+             mix: str = "kinds"):
     """Yield ``n`` dict rows: id, problem, answer, subject, level, difficulty."""
     rng = np.random.default_rng(seed)
     kinds = list(kinds or KINDS)
     for i in range(n):
-        kind = kinds[i % len(kinds)]
         d = int(rng.integers(difficulty[0], difficulty[1] + 1))
-        problem, answer, subject = _GEN[kind](rng, d)
+        if mix == "ladder":
+            problem, answer, subject, kind = _ladder(rng, d)
+        else:
+            kind = kinds[i % len(kinds)]
+            problem, answer, subject = _GEN[kind](rng, d)
         yield {"id": f"syn-{seed}-{i}", "problem": problem, "answer": answer, "subject": subject,
                "level": str(d), "difficulty": str(d), "question_type": kind}
 
@@ -162,7 +222,7 @@ def synthetic_batches(spec: str) -> Iterator[pa.Table]:
     opts = parse_spec(spec)
     batch: list = []
     rowno = 0
-    for row in generate(opts["n"], opts["seed"], opts["difficulty"], opts["kinds"]):
+    for row in generate(opts["n"], opts["seed"], opts["difficulty"], opts["kinds"], opts["mix"]):
         batch.append((rowno, row, None))
         rowno += 1
         if len(batch) >= BATCH_ROWS:
