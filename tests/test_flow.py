@@ -231,3 +231,30 @@ def test_estimation_fanned_out_over_ray_workers_scores_what_one_engine_scores(tm
     assert a == b and len(a) == 4
     m = json.loads((tmp_path / "ray" / "stages" / "5_difficulty" / "manifest.json").read_text())
     assert m["stats"]["this_run"]["shares"] == 2 and m["rows_kept"] == 24
+
+
+@pytest.mark.engine
+def test_rows_added_to_a_source_are_the_only_rows_sampled(prefect_harness, tmp_path):
+    """Difficulty with a store: after 3 rows are added to a 6-row source, the next run samples those 3 rows (k=2: 6
+    samples) and copies the other 6 from the store."""
+    pytest.importorskip("vllm")
+    from curate.sources.synthetic import generate
+    from flows.flow import FlowConfig, run_flow
+
+    rows, seen = [], set()
+    for r in generate(60, seed=9, mix="ladder"):
+        if r["problem"] not in seen:
+            seen.add(r["problem"])
+            rows.append(r)
+    src = tmp_path / "mine.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows[:6]))
+    cfg = {"sources": [{"spec": str(src), "name": "mine"}], "decontam": {"benchmarks": []},
+           "difficulty": {"backend": "vllm", "template": "fewshot", "chunk_rows": 4, "store": str(tmp_path / "store"),
+                          "sampling": {"k": 2, "temperature": 0.7, "max_tokens": 32, "seed": 0}}}
+    path = tmp_path / "flow.json"
+    path.write_text(json.dumps(cfg))
+    first = run_flow(FlowConfig.load(path), tmp_path / "out")["stages"]["difficulty"]
+    assert (first["rows_kept"], first["samples"], first["rows_from_store"]) == (6, 12, 0)
+    src.write_text(src.read_text() + "".join(json.dumps(r) + "\n" for r in rows[6:9]))
+    second = run_flow(FlowConfig.load(path), tmp_path / "out")["stages"]["difficulty"]
+    assert (second["rows_kept"], second["samples"], second["rows_from_store"]) == (9, 6, 6)
