@@ -97,7 +97,10 @@ class FlowConfig:
         steps = self.curate.check()
         if self.difficulty is not None:
             s = self.difficulty.sampling
-            steps.append(f"difficulty: {self.difficulty.model or 'bundled SmolLM2'} on {self.difficulty.backend}, k={s.k}, "
+            q = self.difficulty.sequential
+            ks = (f"adaptive k={q.k_first}+{q.k_step}..{q.k_max} (delta {q.delta})" if q.adaptive else f"k={s.k}") + (
+                f", ends resampled up to {q.k_max}" if q.resample_ends else "")
+            steps.append(f"difficulty: {self.difficulty.model or 'bundled SmolLM2'} on {self.difficulty.backend}, {ks}, "
                          f"T={s.temperature}, {s.max_tokens} tokens" + (f", first {self.difficulty.limit} rows"
                                                                         if self.difficulty.limit else "")
                          + (f", split across {self.estimate_workers} workers" if self.estimate_workers > 1 else ""))

@@ -115,12 +115,19 @@ class ScriptedSampler(Sampler):
         super().__init__(cfg)
         self.script, self.fail_after, self.tokenizer = script, fail_after, tokenizer
         self.served: list[str] = []
+        self.rounds: list[tuple[str, int, int]] = []  # (problem, first sample, samples) of every request
 
     def stream(self, requests):
+        import time
+
         for r in requests:
+            if r is None:  # sequential estimation: nothing to send until a round is graded
+                time.sleep(0.001)
+                continue
             if self.fail_after is not None and len(self.served) >= self.fail_after:
                 raise KeyboardInterrupt("simulated kill")
             self.served.append(r.key)
+            self.rounds.append((r.key, r.first, r.count(self.cfg)))
             texts = self.script(r)
             yield r.id, [Completion(t, len(t.split()), "length" if t.endswith("...") else "stop") for t in texts]
 

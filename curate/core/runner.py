@@ -289,9 +289,9 @@ class Runner:
         except ManifestError as e:
             log.warning("%s is replaced by this run: %s", self.out, str(e).split(";")[0])
             return None
-        if m is None or (m.input_hash, m.config_hash, m.code_version) != (self.input_hash, self.config_hash,
-                                                                              self.code_version):
-            return None
+        if m is None or (m.input_hash, m.config_hash, m.code_version, m.schema_version) != (
+                self.input_hash, self.config_hash, self.code_version, SCHEMA_VERSION):
+            return None  # another identity, or shards of another record schema: the stage runs again
         bad = self._verify(m)
         if bad:
             log.warning("%s: %s; running the stage again", self.out, bad)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 2  # 2: Wilson bounds, per-sample outcomes/lengths/truncation, prompt tokens
+SCHEMA_VERSION = 3  # 2: Wilson bounds, per-sample outcomes/lengths/truncation, prompt tokens; 3: sequential sampling
 
 # Answer types the extractor assigns (curate.sources.answers.answer_type).
 ANSWER_TYPES = ("integer", "number", "fraction", "expression", "interval", "set", "tuple", "equation", "text")
@@ -71,6 +71,9 @@ _FIELDS: list[tuple[str, pa.DataType, bool, str]] = [
     ("truncated", pa.list_(pa.bool_()), True, "per-sample: stopped by max_tokens"),
     ("prompt_tokens", pa.int32(), True, "prompt length in tokens under the template"),
     ("grader_version", pa.string(), True, "grader identity (math-verify, sympy, latex2sympy versions + gradus rule version)"),
+    ("rounds", pa.int32(), True, "sequential sampling: rounds drawn (null: fixed k)"),
+    ("stop_reason", pa.string(), True, "sequential sampling: decided | k_max | k | left_end (null: fixed k)"),
+    ("bucket_probs", pa.list_(pa.float32()), True, "adaptive: posterior mass of unsolved, hard, medium, easy, solved"),
 ]
 
 SCHEMA = pa.schema(
@@ -134,6 +137,9 @@ class Record:
     truncated: list[bool] | None = None
     prompt_tokens: int | None = None
     grader_version: str | None = None
+    rounds: int | None = None
+    stop_reason: str | None = None
+    bucket_probs: list[float] | None = None
 
 
 def records_to_table(records: list[Record], schema: pa.Schema = SCHEMA) -> pa.Table:

@@ -22,6 +22,7 @@ temperature and use the pass rate as the difficulty (lower = harder). This modul
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -46,6 +47,7 @@ from curate.core.runner import Runner, StageError, input_entries, reject_table
 from curate.core.schema import SCHEMA, conform
 from curate.core.shards import file_sha256, shard_paths, stage_dir, write_json_atomic
 from curate.difficulty import templates
+from curate.difficulty.adaptive import AdaptiveConfig, next_round
 from curate.difficulty.engines import Completion, GenRequest, Sampler, SamplingConfig, make_sampler
 from curate.difficulty.grading import GRADER_VERSION, OUTCOMES, GradingPool, cut_off_unanswered
 
@@ -64,7 +66,8 @@ RESPONSE_SCHEMA = pa.schema([
 ])
 DIFFICULTY_COLUMNS = ["model", "model_revision", "backend", "template", "k", "temperature", "top_p", "max_tokens", "seed",
                       "n_correct", "n_graded", "pass_rate", "correct", "pass_rate_low", "pass_rate_high", "outcomes",
-                      "response_tokens", "truncated", "prompt_tokens", "grader_version"]
+                      "response_tokens", "truncated", "prompt_tokens", "grader_version", "rounds", "stop_reason",
+                      "bucket_probs"]
 
 
 class EstimateError(GradusError):
@@ -99,6 +102,7 @@ class EstimateConfig:
     model_revision: str | None = None  # hub revision to record (and key the store by) when the model is not a local folder
     limit: int | None = None  # score only the first N input rows (a sample; the manifest says so)
     concurrency: int = 8  # backend openai: requests in flight (our choice; raise it for a fleet)
+    sequential: AdaptiveConfig = field(default_factory=AdaptiveConfig)  # adaptive sampling, resampling of the ends
 
     def __post_init__(self):
         from curate.difficulty.engines import BACKENDS
@@ -112,10 +116,17 @@ class EstimateConfig:
             raise ConfigError("limit must be >= 1")
         if self.backend == "openai" and not self.base_url:
             raise ConfigError("backend openai needs base_url (e.g. http://localhost:8000/v1)")
+        q = self.sequential
+        if q.resample_ends and not q.adaptive and q.k_max <= self.sampling.k:
+            raise ConfigError(f"resample_ends needs k_max ({q.k_max}) above k ({self.sampling.k})")
 
     def as_dict(self) -> dict:
         d = asdict(self)
         d["sampling"] = self.sampling.as_dict()
+        if not self.sequential.active:
+            d.pop("sequential")  # fixed k: the identity of every run before sequential sampling existed
+        else:
+            d["sequential"]["edges"] = list(self.sequential.edges)
         return d
 
 
@@ -130,17 +141,21 @@ def row_key(problem: str, answer: str) -> str:
 
 
 def store_identity(model: str, revision: str, template: str, template_fingerprint: str, s: SamplingConfig,
-                   grader_timeout_s: int, base_url: str | None = None, grader: str | None = None) -> dict:
+                   grader_timeout_s: int, base_url: str | None = None, grader: str | None = None,
+                   sequential: AdaptiveConfig | None = None) -> dict:
     """Everything that changes a difficulty estimate, and nothing else: what the store key hashes.
 
     The model and its exact revision; the template's rendered text (not only its name: the chat template of
     the tokenizer and the instruction are in it); every sampling parameter that changes what is drawn
     (k, temperature, top_p, max_tokens, seed, max_prompt_tokens); the grader (math-verify, sympy and
     latex2sympy versions and our extraction rule) and its timeout; and, for an OpenAI-compatible server, its
-    base URL. The backend is recorded with each row, not keyed: vLLM and an HTTP server running the same
-    weights with the same seeds are the same estimate.
+    base URL; sequential sampling's settings when it is on. The backend is recorded with each row, not keyed:
+    vLLM and an HTTP server running the same weights with the same seeds are the same estimate.
     """
-    return {"model": model, "revision": revision, "template": template, "template_fingerprint": template_fingerprint,
+    extra = {}
+    if sequential is not None and sequential.active:
+        extra["sequential"] = {**asdict(sequential), "edges": list(sequential.edges)}
+    return {**extra, "model": model, "revision": revision, "template": template, "template_fingerprint": template_fingerprint,
             "k": s.k, "temperature": s.temperature, "top_p": s.top_p, "max_tokens": s.max_tokens, "seed": s.seed,
             "max_prompt_tokens": s.max_prompt_tokens, "grader": grader or GRADER_VERSION, "grader_timeout_s": grader_timeout_s,
             "base_url": base_url, "scoring_rule": SCORING_RULE}
@@ -247,6 +262,8 @@ class _Chunk:
     scored: dict[int, dict] = field(default_factory=dict)  # position -> difficulty columns
     responses: list[dict] = field(default_factory=list)
     from_store: set[int] = field(default_factory=set)
+    requests: dict[int, GenRequest] = field(default_factory=dict)  # sequential: each row's request, for its next round
+    drawn: dict[int, tuple[list[Completion], list[str], int]] = field(default_factory=dict)  # sequential: so far
 
 
 @dataclass(frozen=True)
@@ -319,6 +336,9 @@ class Estimator:
         self.info = _RunInfo()
         self.sampler: Sampler | None = None
         self.store: DifficultyStore | None = None
+        self._next_rounds: queue.Queue = queue.Queue()  # sequential: later rounds, from the grader thread
+        self._open = 0  # sequential: problems sent and not yet stopped
+        self._lock = threading.Lock()
 
     # ---- setup -------------------------------------------------------------------------------------
     def _config(self) -> dict:
@@ -431,7 +451,7 @@ class Estimator:
         info.sampler = sampler.info()
         identity = store_identity(info.model or sampler.model_name, info.revision or "unresolved", cfg.template,
                                   template_fingerprint(cfg.template, sampler.tokenizer), s, cfg.grader_timeout_s,
-                                  base_url=cfg.base_url if cfg.backend == "openai" else None)
+                                  base_url=cfg.base_url if cfg.backend == "openai" else None, sequential=cfg.sequential)
         info.param_key = param_key(identity)
         store = None
         info.store_note = "off (--no-store)" if not cfg.store else "on"
@@ -474,7 +494,7 @@ class Estimator:
             raise errors[0]
         self.stats["generate_seconds"] = round(time.perf_counter() - info.gen_started, 3)
 
-    def _requests(self, chunks: list[tuple[int, pa.Table]], q: queue.Queue, errors: list) -> Iterator[GenRequest]:
+    def _requests(self, chunks: list[tuple[int, pa.Table]], q: queue.Queue, errors: list) -> Iterator[GenRequest | None]:
         cfg, s = self.cfg, self.cfg.sampling
         sampler, store = self.sampler, self.store
         assert sampler is not None
@@ -514,12 +534,36 @@ class Estimator:
                     continue
                 reqs.append((i, req))
             todo = {i for i, _ in reqs} | set(hits)
-            q.put(_NewChunk(_Chunk(c, table, todo, rejected, ptoks)))
+            seq = cfg.sequential
+            if seq.adaptive:
+                reqs = [(i, dataclasses.replace(r, n=seq.k_first)) for i, r in reqs]
+            ch = _Chunk(c, table, todo, rejected, ptoks, requests=dict(reqs) if seq.active else {})
+            if seq.active:
+                with self._lock:
+                    self._open += len(reqs)
+            q.put(_NewChunk(ch))
             for i, row in hits.items():
                 q.put(_Stored(c, i, row))
             self.stats["store_hits"] += len(hits)
             for _, req in reqs:
+                yield from self._follow_ups()  # later rounds first: they finish problems and free their chunks
                 yield req
+        if cfg.sequential.active:  # every first round is out: send later rounds until every problem has stopped
+            while not errors:
+                with self._lock:
+                    if self._open == 0:
+                        return
+                got = list(self._follow_ups())
+                yield from got
+                if not got:
+                    yield None  # nothing to send now; the sampler keeps stepping what it has
+
+    def _follow_ups(self) -> Iterator[GenRequest]:
+        while True:
+            try:
+                yield self._next_rounds.get_nowait()
+            except queue.Empty:
+                return
 
     def _grader_loop(self, q: queue.Queue, errors: list, bar, hist: _Histogram) -> None:
         """Take messages in batches: register chunks, grade every completion of the batch in one pool call,
@@ -543,12 +587,20 @@ class Estimator:
                     gens = [m for m in batch if isinstance(m, _Generated)]
                     outcomes = self._grade(pool, chunks, gens)
                     for m, outs in zip(gens, outcomes, strict=True):
-                        row = self._score(chunks[m.chunk], m.row, m.completions, outs)
-                        self._record(chunks[m.chunk], m.row, row, hist, bar)
+                        ch = chunks[m.chunk]
+                        if self.cfg.sequential.active:
+                            done = self._next_round(ch, m.row, m.completions, outs)
+                            if done is None:
+                                continue
+                            comps, outs_all, rounds, reason, probs = done
+                            row = self._score(ch, m.row, comps, outs_all, rounds, reason, probs)
+                        else:
+                            row = self._score(ch, m.row, m.completions, outs)
+                        self._record(ch, m.row, row, hist, bar)
                     for m in batch:
                         if isinstance(m, _Stored):
                             chunks[m.chunk].from_store.add(m.row)
-                            self._record(chunks[m.chunk], m.row, {k: m.scores[k] for k in DIFFICULTY_COLUMNS}, hist, bar)
+                            self._record(chunks[m.chunk], m.row, {k: m.scores.get(k) for k in DIFFICULTY_COLUMNS}, hist, bar)
                     for cidx in sorted(k for k, ch in chunks.items() if not ch.todo):
                         self._write_chunk(chunks.pop(cidx))
                 self.info.grading = dict(pool.stats)
@@ -583,7 +635,23 @@ class Estimator:
             bar.set_postfix_str(f"{self.stats['samples'] / el:.1f} samples/s {self.stats['tokens'] / el:.0f} tok/s "
                                 f"pass counts {hist.text()}", refresh=False)
 
-    def _score(self, ch: _Chunk, i: int, comps: list[Completion], outs: list[str]) -> dict:
+    def _next_round(self, ch: _Chunk, i: int, comps: list[Completion], outs: list[str]):
+        """Sequential: add a round's samples; queue the next round, or return everything drawn once it stops."""
+        prev_c, prev_o, rounds = ch.drawn.get(i, ([], [], 0))
+        all_c, all_o, rounds = prev_c + comps, prev_o + outs, rounds + 1
+        more, reason, dec = next_round(sum(o == "correct" for o in all_o), len(all_o), self.cfg.sampling.k,
+                                       self.cfg.sequential)
+        if more:
+            ch.drawn[i] = (all_c, all_o, rounds)
+            self._next_rounds.put(dataclasses.replace(ch.requests[i], first=len(all_o), n=more))
+            return None
+        ch.drawn.pop(i, None)
+        with self._lock:
+            self._open -= 1
+        return all_c, all_o, rounds, reason, list(dec.masses) if dec is not None else None
+
+    def _score(self, ch: _Chunk, i: int, comps: list[Completion], outs: list[str], rounds: int | None = None,
+               stop_reason: str | None = None, bucket_probs: list[float] | None = None) -> dict:
         s = self.cfg.sampling
         correct = [o == "correct" for o in outs]
         n_graded = sum(o in ("correct", "wrong", "no_answer") for o in outs)  # definite verdicts
@@ -603,11 +671,12 @@ class Estimator:
         assert self.sampler is not None
         return {
             "model": self.info.model, "model_revision": self.info.revision, "backend": self.sampler.backend,
-            "template": self.cfg.template, "k": s.k, "temperature": s.temperature, "top_p": s.top_p,
+            "template": self.cfg.template, "k": n, "temperature": s.temperature, "top_p": s.top_p,
             "max_tokens": s.max_tokens, "seed": s.seed, "n_correct": n_correct, "n_graded": n_graded,
             "pass_rate": n_correct / n, "correct": correct, "pass_rate_low": lo, "pass_rate_high": hi,
             "outcomes": outs, "response_tokens": [x.n_tokens for x in comps], "truncated": [x.truncated for x in comps],
             "prompt_tokens": ch.prompt_tokens.get(i), "grader_version": GRADER_VERSION,
+            "rounds": rounds, "stop_reason": stop_reason, "bucket_probs": bucket_probs,
         }
 
     def _write_chunk(self, ch: _Chunk) -> None:
@@ -632,6 +701,26 @@ class Estimator:
             self.store.append(kept.take(pa.array(fresh, pa.int64())))
 
     # ---- the manifest ---------------------------------------------------------------------------------
+    def _sequential_stats(self, kept_paths: list[Path]) -> dict:
+        """Samples per problem, stopping reasons, posterior buckets and what resampling the ends found."""
+        from curate.difficulty.adaptive import BUCKETS
+
+        seq = self.cfg.sequential
+        cols = ["k", "correct", "stop_reason", "bucket_probs"]
+        t = pa.concat_tables([pq.read_table(p, columns=cols) for p in kept_paths]) if kept_paths else None
+        if t is None or not t.num_rows:
+            return {"settings": self.cfg.as_dict()["sequential"]}
+        ks = t["k"].to_pylist()
+        out: dict = {"settings": self.cfg.as_dict()["sequential"], "mean_samples": round(sum(ks) / len(ks), 3),
+                     "samples_histogram": dict(sorted(Counter(ks).items())),
+                     "stop_reasons": dict(Counter(t["stop_reason"].to_pylist()))}
+        probs = [p for p in t["bucket_probs"].to_pylist() if p]
+        if probs:
+            out["posterior_buckets"] = dict(Counter(BUCKETS[max(range(len(p)), key=p.__getitem__)] for p in probs))
+        if seq.resample_ends:
+            out["ends"] = _ends_report(t["correct"].to_pylist(), seq.k_first if seq.adaptive else self.cfg.sampling.k)
+        return out
+
     def _finish(self, runner: Runner, resumed: int) -> Manifest:
         kept_paths, rej_paths = shard_paths(self.out / "kept"), shard_paths(self.out / "rejected")
         cols = ["source", "n_correct", "n_graded", "outcomes", "truncated", "response_tokens", "k"]
@@ -661,6 +750,7 @@ class Estimator:
             for src, reason in zip(rej["source"].to_pylist(), rej["reject_reason"].to_pylist(), strict=True):
                 by_source.setdefault(src, Counter()).update({"in": 1, f"rejected/{reason}": 1})
         s = self.cfg.sampling
+        seq_stats = self._sequential_stats(kept_paths) if self.cfg.sequential.active else None
         gen_s = self.stats.get("generate_seconds") or 0
         stats = {
             "model": self.info.model, "model_revision": self.info.revision,
@@ -681,6 +771,8 @@ class Estimator:
                 "shares": self.info.shares,
             },
         }
+        if seq_stats is not None:
+            stats["sequential"] = seq_stats
         kept_shards = [{"path": p.name, "rows": pq.ParquetFile(p).metadata.num_rows, "sha256": file_sha256(p)}
                        for p in kept_paths]
         rej_shards = [{"path": p.name, "rows": pq.ParquetFile(p).metadata.num_rows} for p in rej_paths]
@@ -689,6 +781,14 @@ class Estimator:
                                  expected_rows_in=expected)
         except StageError as e:
             raise EstimateError(str(e)) from e
+
+
+def _ends_report(correct: list[list[bool]], base: int) -> dict:
+    """Of the rows with no correct (or no wrong) sample in their first ``base`` samples, how many showed one later."""
+    zero = [c for c in correct if len(c) >= base and not any(c[:base])]
+    full = [c for c in correct if len(c) >= base and all(c[:base])]
+    return {"base_samples": base, "none_correct_at_base": len(zero), "of_them_solved_later": sum(any(c) for c in zero),
+            "all_correct_at_base": len(full), "of_them_failed_later": sum(not all(c) for c in full)}
 
 
 def _progress_bar(total: int, enabled: bool):

@@ -1,0 +1,141 @@
+"""Sequential difficulty estimation: sample in rounds until a problem's bucket is known (pure logic, no engine).
+
+Kimi k1.5's recipe spends ten samples on every problem. Here a problem gets ``k_first`` samples, then rounds of
+``k_step`` more, and after each round the pass rate's posterior is updated: Beta(1/2 + correct, 1/2 + wrong)
+(the Jeffreys prior). Sampling stops as soon as one bucket holds at least ``1 - delta`` of the posterior mass,
+or at ``k_max`` samples.
+
+Buckets are regions of the latent pass rate p, cut at ``edges`` (default 0.1, 1/3, 2/3, 0.9)::
+
+    unsolved  p < 0.1        hard  0.1 <= p <= 1/3      medium  1/3 < p <= 2/3
+    easy      2/3 < p <= 0.9                            solved  p > 0.9
+
+With k = 10 the observed rate c/10 falls in exactly today's fixed-k buckets (0 -> unsolved, 1-3 hard, 4-6
+medium, 7-9 easy, 10 solved), so exports and the curriculum read adaptive and fixed-k rows the same way.
+An adaptive row's bucket is the one of largest posterior mass; its ``pass_rate`` is the observed rate.
+
+``resample_ends``: a problem that ends its budget with no correct sample (or no wrong one) gets rounds of
+``k_step`` more, up to ``k_max``, until the first success (or failure) shows: "rarely solved", which GRPO with
+larger groups can still learn from, is told apart from "never solved in k_max".
+
+    masses(0, 4)                          # four wrong: P(unsolved) = 0.66 < 0.9, so (delta 0.1) draw 4 more
+    decide(0, 12, AdaptiveConfig(adaptive=True))   # twelve wrong: P(unsolved) = 0.89, still short of 0.9
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from curate.core.config import ConfigError
+
+BUCKETS = ("unsolved", "hard", "medium", "easy", "solved")
+PRIOR = (0.5, 0.5)  # Jeffreys
+EDGES = (0.1, 1 / 3, 2 / 3, 0.9)  # latent pass-rate edges between BUCKETS (our choice; k=10 counts map onto them)
+
+
+@dataclass(frozen=True)
+class AdaptiveConfig:
+    adaptive: bool = False  # sample in rounds until the bucket is known (off: fixed k, Kimi k1.5's recipe)
+    k_first: int = 4  # adaptive: samples in the first round (our choice: four settle the clear cases)
+    k_step: int = 2  # samples in each later round (adaptive, and resample_ends)
+    k_max: int = 32  # most samples a problem gets (adaptive, and resample_ends)
+    delta: float = 0.4  # adaptive: stop when one bucket holds >= 1 - delta of the posterior (simulated, README)
+    edges: tuple[float, ...] = field(default=EDGES)  # latent pass-rate edges between the buckets
+    resample_ends: bool = False  # a problem with 0 (or all) correct after its budget gets more, up to k_max
+
+    def __post_init__(self) -> None:
+        if self.k_first < 1 or self.k_step < 1:
+            raise ConfigError("sequential: k_first and k_step must be >= 1")
+        if self.k_max < self.k_first:
+            raise ConfigError(f"sequential: k_max ({self.k_max}) must be >= k_first ({self.k_first})")
+        if not 0 < self.delta < 1:
+            raise ConfigError(f"sequential: delta must be in (0, 1), got {self.delta}")
+        e = tuple(self.edges)
+        if len(e) != len(BUCKETS) - 1 or any(not 0 < x < 1 for x in e) or list(e) != sorted(set(e)):
+            raise ConfigError(f"sequential: edges must be {len(BUCKETS) - 1} increasing rates in (0, 1), got {e}")
+
+    @property
+    def active(self) -> bool:
+        return self.adaptive or self.resample_ends
+
+
+def beta_cdf(x: float, a: float, b: float) -> float:
+    """The regularized incomplete beta function I_x(a, b) (mpmath, which sympy already brings)."""
+    import mpmath
+
+    if x <= 0:
+        return 0.0
+    if x >= 1:
+        return 1.0
+    return float(mpmath.betainc(a, b, 0, x, regularized=True))
+
+
+def masses(correct: int, n: int, edges: tuple[float, ...] = EDGES,
+           prior: tuple[float, float] = PRIOR) -> list[float]:
+    """Posterior mass of each bucket after ``correct`` of ``n`` samples were right."""
+    a, b = prior[0] + correct, prior[1] + n - correct
+    cdf = [0.0, *(beta_cdf(x, a, b) for x in edges), 1.0]
+    return [max(0.0, hi - lo) for lo, hi in zip(cdf, cdf[1:], strict=False)]
+
+
+def observed_bucket(correct: int, n: int, edges: tuple[float, ...] = EDGES) -> str:
+    """The bucket of the observed rate ``correct / n`` (how fixed-k rows are bucketed)."""
+    p = correct / n
+    if p < edges[0]:
+        return BUCKETS[0]
+    for name, hi in zip(BUCKETS[1:], edges[1:], strict=False):
+        if p <= hi:
+            return name
+    return BUCKETS[-1]
+
+
+@dataclass(frozen=True)
+class Decision:
+    stop: bool
+    reason: str  # "decided" | "k_max" | "" (go on)
+    bucket: str  # the bucket of largest posterior mass
+    masses: tuple[float, ...]
+    more: int  # samples of the next round when not stopping
+
+
+def decide(correct: int, n: int, cfg: AdaptiveConfig) -> Decision:
+    """After ``correct`` of ``n`` samples: stop, or how many more to draw (never past ``k_max``)."""
+    m = masses(correct, n, cfg.edges)
+    best = max(range(len(m)), key=m.__getitem__)
+    if m[best] >= 1 - cfg.delta:
+        return Decision(True, "decided", BUCKETS[best], tuple(m), 0)
+    if n >= cfg.k_max:
+        return Decision(True, "k_max", BUCKETS[best], tuple(m), 0)
+    return Decision(False, "", BUCKETS[best], tuple(m), min(cfg.k_step, cfg.k_max - n))
+
+
+def resample_more(correct: int, n: int, cfg: AdaptiveConfig) -> int:
+    """``resample_ends``: more samples for a problem whose budget ended at an end (0 or all of ``n`` correct);
+    0 once a sample left the end or at ``k_max``."""
+    if not cfg.resample_ends or n >= cfg.k_max or 0 < correct < n:
+        return 0
+    return min(cfg.k_step, cfg.k_max - n)
+
+
+def next_round(correct: int, n: int, base_k: int, cfg: AdaptiveConfig) -> tuple[int, str, Decision | None]:
+    """After ``correct`` of ``n`` samples: (more samples to draw, stopping reason, the adaptive decision).
+
+    Fixed k (``base_k`` samples, then ``resample_ends``): reasons ``k``, ``left_end`` (a resampled problem showed
+    its first success or failure) and ``k_max``. Adaptive: ``decided`` or ``k_max``, then ``resample_ends`` as
+    above for a problem decided unsolved or solved with no sample off its end."""
+    dec = None
+    if cfg.adaptive:
+        dec = decide(correct, n, cfg)
+        if not dec.stop:
+            return dec.more, "", dec
+        base_reason = dec.reason
+    elif n < base_k:
+        return base_k - n, "", None
+    else:
+        base_reason = "k"
+    more = resample_more(correct, n, cfg)
+    if more:
+        return more, "", dec
+    if cfg.resample_ends and n > (cfg.k_first if cfg.adaptive else base_k) and base_reason != "k_max":
+        base_reason = "k_max" if (correct == 0 or correct == n) else "left_end"
+    return 0, base_reason, dec

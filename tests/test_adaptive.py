@@ -1,0 +1,185 @@
+"""Sequential difficulty estimation: the posterior and stopping rule by hand, then the estimator with a scripted
+sampler (pure logic: rounds, seeds, resampling of the ends, resume); the real engines run elsewhere."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from test_estimate import ScriptedSampler
+
+from curate.core.config import ConfigError
+from curate.core.shards import read_table
+from curate.difficulty.adaptive import BUCKETS, AdaptiveConfig, decide, masses, next_round, observed_bucket
+from curate.difficulty.engines import SamplingConfig
+from curate.difficulty.estimate import EstimateConfig, estimate
+from curate.pipeline import ingest
+
+
+def _beta_mass(a: float, b: float, lo: float, hi: float, steps: int = 200_000) -> float:
+    """Mass of Beta(a, b) on [lo, hi] by the midpoint rule on t = x**(1/2) style substitution-free grid (independent of
+    mpmath): the density's singularities at 0 and 1 for a or b = 1/2 are integrable and the grid is fine enough."""
+    norm = math.gamma(a) * math.gamma(b) / math.gamma(a + b)
+    h = (hi - lo) / steps
+    total = 0.0
+    for i in range(steps):
+        x = lo + (i + 0.5) * h
+        total += x ** (a - 1) * (1 - x) ** (b - 1)
+    return total * h / norm
+
+
+def test_posterior_masses_by_hand():
+    # 4 of 4 correct: Beta(4.5, 0.5). The "solved" region p > 0.9 holds 0.657 of it, short of 1 - delta = 0.9
+    m = masses(4, 4)
+    assert m[4] == pytest.approx(_beta_mass(4.5, 0.5, 0.9, 1.0), abs=2e-3) and m[4] == pytest.approx(0.657, abs=1e-3)
+    assert sum(m) == pytest.approx(1.0)
+    # 0 of 4 is the mirror image; 2 of 4: Beta(2.5, 2.5), medium (1/3, 2/3] holds 0.535
+    assert masses(0, 4) == pytest.approx(m[::-1])
+    assert masses(2, 4)[2] == pytest.approx(_beta_mass(2.5, 2.5, 1 / 3, 2 / 3), abs=1e-3)
+
+
+def test_the_default_rule_stops_clear_cases_after_the_first_round():
+    cfg = AdaptiveConfig(adaptive=True)  # delta 0.4: the most probable bucket must hold 0.6
+    assert (decide(0, 4, cfg).stop, decide(0, 4, cfg).bucket) == (True, "unsolved")  # 0.657
+    assert (decide(4, 4, cfg).stop, decide(4, 4, cfg).bucket) == (True, "solved")
+    d = decide(2, 4, cfg)  # medium holds 0.535: two more
+    assert (d.stop, d.bucket, d.more) == (False, "medium", 2)
+
+
+def test_stopping_rule_on_small_cases():
+    cfg = AdaptiveConfig(adaptive=True, delta=0.1, k_step=4)  # a bucket must hold 0.9
+    d = decide(4, 4, cfg)  # 0.657 < 0.9: go on, four more
+    assert (d.stop, d.more, d.bucket) == (False, 4, "solved")
+    assert not decide(8, 8, cfg).stop  # 0.813
+    assert not decide(12, 12, cfg).stop  # 0.892: just short
+    d = decide(16, 16, cfg)  # 0.936 >= 0.9: decided
+    assert (d.stop, d.reason, d.bucket) == (True, "decided", "solved")
+    loose = AdaptiveConfig(adaptive=True, delta=0.2, k_step=4)  # 0.8 is enough: 8 of 8 (0.813) stops, 4 of 4 does not
+    assert decide(8, 8, loose).stop and not decide(4, 4, loose).stop
+    # a rate on an edge is never decided: it runs to k_max
+    d = decide(11, 32, cfg)  # 0.34 observed, mass split between hard and medium
+    assert (d.stop, d.reason) == (True, "k_max") and d.bucket in ("hard", "medium")
+    assert decide(10, 28, cfg).more == 4 and decide(10, 30, AdaptiveConfig(adaptive=True, delta=0.1, k_max=31)).more == 1
+    # with k = 10 the observed buckets are today's fixed-k buckets
+    assert [observed_bucket(c, 10) for c in range(11)] == (
+        ["unsolved"] + ["hard"] * 3 + ["medium"] * 3 + ["easy"] * 3 + ["solved"])
+    assert BUCKETS == ("unsolved", "hard", "medium", "easy", "solved")
+
+
+def test_resampling_the_ends_after_a_fixed_budget():
+    cfg = AdaptiveConfig(resample_ends=True, k_max=16, k_step=4)
+    assert next_round(0, 10, 10, cfg)[:2] == (4, "")  # 0 of 10: four more
+    assert next_round(0, 14, 10, cfg)[:2] == (2, "")  # up to k_max
+    assert next_round(0, 16, 10, cfg)[:2] == (0, "k_max")  # never solved in 16
+    assert next_round(1, 14, 10, cfg)[:2] == (0, "left_end")  # rarely solved: one success in 14
+    assert next_round(3, 10, 10, cfg)[:2] == (0, "k")  # not at an end: the fixed budget
+    assert next_round(3, 4, 10, AdaptiveConfig())[:2] == (6, "")  # fixed k, nothing sequential: the rest of k
+
+
+def test_bad_sequential_settings_are_refused():
+    with pytest.raises(ConfigError, match="k_max .* must be >= k_first"):
+        AdaptiveConfig(adaptive=True, k_first=8, k_max=4)
+    with pytest.raises(ConfigError, match="delta must be in"):
+        AdaptiveConfig(delta=1.5)
+    with pytest.raises(ConfigError, match="edges must be 4 increasing"):
+        AdaptiveConfig(edges=(0.5, 0.2, 0.7, 0.9))
+    with pytest.raises(ConfigError, match=r"resample_ends needs k_max \(8\) above k \(10\)"):
+        EstimateConfig(sequential=AdaptiveConfig(resample_ends=True, k_max=8))
+
+
+@pytest.fixture()
+def rates_input(tmp_path):
+    """Four problems whose sample j is right by a fixed rule: always, never, every other one, once (sample 5)."""
+    src = tmp_path / "in.jsonl"
+    rows = [("always", 1), ("never", 2), ("alternate", 3), ("once", 4)]
+    src.write_text("".join(f'{{"id": "{n}", "problem": "Problem {n}: compute {v}", "answer": "{v}"}}\n' for n, v in rows))
+    ingest(str(src), tmp_path / "ing", adapter="generic")
+    return tmp_path / "ing"
+
+
+def _by_rule(r):
+    """Sample j (its index in the problem, from the request's first) is right by the problem's rule."""
+    name, gold = r.prompt.split(":")[0].split()[1], r.prompt.split()[-1]
+    right = {"always": lambda j: True, "never": lambda j: False, "alternate": lambda j: j % 2 == 0,
+             "once": lambda j: j == 5}[name]
+    return [f"\\boxed{{{gold}}}" if right(r.first + j) else "\\boxed{-1}" for j in range(r.n or 4)]
+
+
+def _cfg(tmp_path, seq, k=4):
+    return EstimateConfig(model="scripted", backend="vllm", template="none", store=None, model_revision="rev1", chunk_rows=2,
+                          sampling=SamplingConfig(k=k, temperature=1.0, max_tokens=16, seed=0), sequential=seq)
+
+
+def _rows(folder):
+    return {r["problem"].split(":")[0].split()[1]: r for r in read_table(folder / "kept").to_pylist()}
+
+
+def test_adaptive_estimation_draws_in_rounds_until_decided(tmp_path, rates_input):
+    cfg = _cfg(tmp_path, AdaptiveConfig(adaptive=True, k_max=24, delta=0.1, k_step=4))
+    sampler = ScriptedSampler(cfg.sampling, _by_rule)
+    m = estimate([rates_input], tmp_path / "est", cfg, sampler=sampler, progress=False)
+    rows = _rows(tmp_path / "est")
+    # always right: 4, 8, 12 right is not enough (0.892), 16 is (0.936): four rounds, decided solved
+    a = rows["always"]
+    assert (a["k"], a["n_correct"], a["rounds"], a["stop_reason"]) == (16, 16, 4, "decided")
+    assert max(a["bucket_probs"]) == a["bucket_probs"][4] and a["bucket_probs"][4] == pytest.approx(0.936, abs=1e-3)
+    assert rows["never"]["k"] == 16 and rows["never"]["bucket_probs"][0] == pytest.approx(0.936, abs=1e-3)
+    # every other sample right: 10 of 20 leaves medium short of 0.9; 12 of 24 puts it over (six rounds)
+    alt = rows["alternate"]
+    assert decide(10, 20, cfg.sequential).masses[2] < 0.9 <= decide(12, 24, cfg.sequential).masses[2]
+    assert (alt["k"], alt["n_correct"], alt["stop_reason"], alt["rounds"]) == (24, 12, "decided", 6)
+    # once (sample 5): 0 of 4, then 1 of 8 ... 1 of 24 splits its mass between unsolved and hard: k_max
+    once = rows["once"]
+    assert (once["n_correct"], once["k"], once["stop_reason"]) == (1, 24, "k_max") and once["correct"][5]
+    # rounds ask for the next sample indices, so seeds continue where the last round stopped
+    firsts = sorted((f, n) for key, f, n in sampler.rounds if key == rows["always"]["id"])
+    assert firsts == [(0, 4), (4, 4), (8, 4), (12, 4)]
+    assert m.stats["this_run"]["samples"] == 16 + 16 + 24 + 24
+    for r in rows.values():
+        assert len(r["outcomes"]) == len(r["correct"]) == r["k"] and r["pass_rate"] == pytest.approx(r["n_correct"] / r["k"])
+
+
+def test_fixed_k_with_resampled_ends(tmp_path, rates_input):
+    cfg = _cfg(tmp_path, AdaptiveConfig(resample_ends=True, k_max=12, k_step=4), k=4)
+    sampler = ScriptedSampler(cfg.sampling, _by_rule)
+    m = estimate([rates_input], tmp_path / "est", cfg, sampler=sampler, progress=False)
+    rows = _rows(tmp_path / "est")
+    assert (rows["alternate"]["k"], rows["alternate"]["stop_reason"], rows["alternate"]["rounds"]) == (4, "k", 1)
+    assert (rows["never"]["k"], rows["never"]["stop_reason"]) == (12, "k_max")
+    assert (rows["always"]["k"], rows["always"]["stop_reason"]) == (12, "k_max")
+    # 0 of 4, then sample 5 is right in the second round: rarely solved, not never solved
+    once = rows["once"]
+    assert (once["k"], once["n_correct"], once["stop_reason"], once["rounds"]) == (8, 1, "left_end", 2)
+    assert once["bucket_probs"] is None  # fixed k: no posterior recorded
+    seq = m.stats["sequential"]
+    assert seq["ends"] == {"base_samples": 4, "none_correct_at_base": 2, "of_them_solved_later": 1,
+                           "all_correct_at_base": 1, "of_them_failed_later": 0}
+    assert seq["stop_reasons"] == {"k": 1, "k_max": 2, "left_end": 1} and seq["mean_samples"] == (4 + 12 + 12 + 8) / 4
+
+
+def test_fixed_k_rows_are_unchanged_by_the_sequential_code(tmp_path, rates_input):
+    cfg = _cfg(tmp_path, AdaptiveConfig(), k=4)
+    estimate([rates_input], tmp_path / "est", cfg, sampler=ScriptedSampler(cfg.sampling, _by_rule), progress=False)
+    rows = _rows(tmp_path / "est")
+    assert all(r["k"] == 4 and r["rounds"] is None and r["stop_reason"] is None for r in rows.values())
+    assert "sequential" not in cfg.as_dict()  # the stage identity of a fixed-k run is what it was
+
+
+def test_a_killed_adaptive_run_resumes_to_the_same_rows(tmp_path, rates_input):
+    cfg = _cfg(tmp_path, AdaptiveConfig(adaptive=True, k_max=24, delta=0.1, k_step=4))
+    full = estimate([rates_input], tmp_path / "full", cfg, sampler=ScriptedSampler(cfg.sampling, _by_rule), progress=False)
+    with pytest.raises(KeyboardInterrupt):
+        estimate([rates_input], tmp_path / "est", cfg, sampler=ScriptedSampler(cfg.sampling, _by_rule, fail_after=15),
+                 progress=False)
+    # killed after 15 of the 20 rounds (chunk 0: 4 + 4, chunk 1: 6 + 6): chunk 1 cannot be finished
+    parts = sorted(p.name for p in (tmp_path / "est" / "kept").glob("*.parquet"))
+    assert parts in ([], ["part_000000.parquet"]) and not (tmp_path / "est" / "manifest.json").exists()
+    again = ScriptedSampler(cfg.sampling, _by_rule)
+    m = estimate([rates_input], tmp_path / "est", cfg, sampler=again, progress=False)
+    assert m.stats["this_run"]["chunks_already_done"] == len(parts) and m.rows_kept == full.rows_kept == 4
+    assert len(again.rounds) == 20 - 8 * len(parts)  # a finished chunk is not sampled again
+    cols = ["id", "k", "correct", "rounds", "stop_reason", "bucket_probs"]
+    a = read_table(tmp_path / "est" / "kept", columns=cols).sort_by("id").to_pylist()
+    b = read_table(tmp_path / "full" / "kept", columns=cols).sort_by("id").to_pylist()
+    assert a == b
+
