@@ -172,12 +172,22 @@ def _difficulty(p: Path, m: Manifest) -> dict:
     hist_by_level: dict[str, Counter[int]] = defaultdict(Counter)
     pairs: list[tuple[float, float]] = []
     incomplete = 0
+    suspects: list[dict] = []
+    n_suspect = 0
     files = shard_paths(p / "kept")
+    for f in files:  # adaptive rows hold up to k_max samples: the histogram runs to the largest k drawn
+        k_max = max([k_max, *(x for x in pq.read_table(f, columns=["k"])["k"].to_pylist() if x)])
     for f in files:
         names = pq.ParquetFile(f).schema_arrow.names
-        t = pq.read_table(f, columns=[c for c in ("source", "level", "declared_difficulty", "n_correct", "n_graded", "k")
-                                      if c in names])
+        t = pq.read_table(f, columns=[c for c in ("source", "source_id", "level", "declared_difficulty", "n_correct",
+                                                  "n_graded", "k", "answer", "suspect_gold", "consensus_answer",
+                                                  "consensus_count") if c in names])
         for row in t.to_pylist():
+            if row.get("suspect_gold"):
+                n_suspect += 1
+                if len(suspects) < 30:
+                    suspects.append({c: row.get(c) for c in ("source", "source_id", "answer", "consensus_answer",
+                                                             "consensus_count", "k")})
             # the declared difficulty: MATH's and the generator's level, else a numeric one (Omni-MATH's difficulty)
             level = row.get("level")
             if level is None and row.get("declared_difficulty") is not None:
@@ -212,7 +222,8 @@ def _difficulty(p: Path, m: Manifest) -> dict:
         "spearman_rho_pass_rate_vs_level": None if rho is None else round(rho, 4), "rho_pairs": len(pairs),
         "sample_outcomes": m.stats.get("sample_outcomes", {}), "truncation_rate": m.stats.get("truncation_rate"),
         "mean_response_tokens": m.stats.get("mean_response_tokens"), "incompletely_graded_rows": incomplete,
-        "limit": cfg.get("limit"),
+        "limit": cfg.get("limit"), "suspect_gold": {"rows": n_suspect, "list": suspects},
+        "sequential": m.stats.get("sequential"),
     }
 
 

@@ -330,7 +330,8 @@ def render_body(card: dict, plots: list[str]) -> str:
         d = card["difficulty"]
         p.append("## Difficulty\n")
         p.append(f"{d['rows']:,} problems{' (a sample: the first ' + str(d['limit']) + ' rows)' if d.get('limit') else ''}, "
-                 f"k = {d['k']} samples each from `{d['model']}` (revision `{d['model_revision']}`, {d['backend']}), "
+                 f"{'up to ' if d.get('sequential') else ''}k = {d['k']} samples each from `{d['model']}` "
+                 f"(revision `{d['model_revision']}`, {d['backend']}), "
                  f"template `{d['template']}`, T = {d['temperature']}, top_p = {d['top_p']}, max_tokens = "
                  f"{d['max_tokens']}, seed {d['seed']}; graded by `{d['grader_version']}`.\n")
         p.append(_table(["correct of k", *d["histogram"].keys()], [["problems", *d["histogram"].values()]]))
@@ -347,6 +348,26 @@ def render_body(card: dict, plots: list[str]) -> str:
                             [[lv, v["rows"], v["mean_pass_rate"], *d["histogram_by_level"][lv].values()]
                              for lv, v in d["by_level"].items()]))
             p.append(f"\nSpearman's rho between pass rate and declared level: {_rho_text(d)}.\n")
+        seq = d.get("sequential")
+        if seq and seq.get("mean_samples") is not None:
+            q = seq["settings"]
+            how = ([f"adaptive: {q['k_first']} samples, then {q['k_step']} at a time up to {q['k_max']} until one bucket "
+                    f"holds {1 - q['delta']:.2f} of the posterior"] if q.get("adaptive") else [])
+            how += [f"problems at 0 or all correct resampled up to {q['k_max']}"] if q.get("resample_ends") else []
+            p.append(f"Sequential sampling ({'; '.join(how)}): {seq['mean_samples']} samples per problem; "
+                     f"stopping reasons {_kv(seq['stop_reasons'])}"
+                     + (f"; posterior buckets {_kv(seq['posterior_buckets'])}" if seq.get("posterior_buckets") else "")
+                     + (f"; of {seq['ends']['none_correct_at_base']} problems with no correct sample in the first "
+                        f"{seq['ends']['base_samples']}, {seq['ends']['of_them_solved_later']} were solved later"
+                        if seq.get("ends") else "") + ".\n")
+        sus = d.get("suspect_gold") or {}
+        if sus.get("rows"):
+            p.append(f"**Suspect gold answers.** On {sus['rows']:,} rows a clear majority of the samples (at least 3 and "
+                     "at least half) agree on one answer that math-verify finds different from the gold: the gold may be "
+                     f"wrong (`gradus export --drop-suspect-gold` leaves them out). The first {len(sus['list'])}:\n")
+            p.append(_table(["source id", "gold", "samples' answer", "given by"],
+                            [[f"{r['source']} {r['source_id']}", r["answer"], r["consensus_answer"],
+                              f"{r['consensus_count']} of {r['k']}"] for r in sus["list"]]) + "\n")
     if card.get("curriculum"):
         c = card["curriculum"]
         p.append("## Selection and curriculum\n")

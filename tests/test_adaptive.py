@@ -155,6 +155,11 @@ def test_fixed_k_with_resampled_ends(tmp_path, rates_input):
     assert seq["ends"] == {"base_samples": 4, "none_correct_at_base": 2, "of_them_solved_later": 1,
                            "all_correct_at_base": 1, "of_them_failed_later": 0}
     assert seq["stop_reasons"] == {"k": 1, "k_max": 2, "left_end": 1} and seq["mean_samples"] == (4 + 12 + 12 + 8) / 4
+    from data_cards.render import write_card
+
+    card = write_card(tmp_path / "est").read_text()
+    assert "(problems at 0 or all correct resampled up to 12): 9.0 samples per problem" in card
+    assert "of 2 problems with no correct sample in the first 4, 1 were solved later" in card
 
 
 def test_fixed_k_rows_are_unchanged_by_the_sequential_code(tmp_path, rates_input):

@@ -49,7 +49,7 @@ from curate.core.shards import file_sha256, shard_paths, stage_dir, write_json_a
 from curate.difficulty import templates
 from curate.difficulty.adaptive import AdaptiveConfig, next_round
 from curate.difficulty.engines import Completion, GenRequest, Sampler, SamplingConfig, make_sampler
-from curate.difficulty.grading import GRADER_VERSION, OUTCOMES, GradingPool, cut_off_unanswered
+from curate.difficulty.grading import GRADER_VERSION, OUTCOMES, GradingPool, cut_off_unanswered, final_answer
 
 log = logging.getLogger(__name__)
 STAGE = "estimate"
@@ -67,7 +67,9 @@ RESPONSE_SCHEMA = pa.schema([
 DIFFICULTY_COLUMNS = ["model", "model_revision", "backend", "template", "k", "temperature", "top_p", "max_tokens", "seed",
                       "n_correct", "n_graded", "pass_rate", "correct", "pass_rate_low", "pass_rate_high", "outcomes",
                       "response_tokens", "truncated", "prompt_tokens", "grader_version", "rounds", "stop_reason",
-                      "bucket_probs"]
+                      "bucket_probs", "answers", "suspect_gold", "consensus_answer", "consensus_count"]
+# suspect gold (our rule): at least this many samples, and at least half of all, give one answer that is not the gold
+CONSENSUS_MIN = 3
 
 
 class EstimateError(GradusError):
@@ -596,6 +598,7 @@ class Estimator:
                             row = self._score(ch, m.row, comps, outs_all, rounds, reason, probs)
                         else:
                             row = self._score(ch, m.row, m.completions, outs)
+                        row.update(_consensus(pool, row["answers"], row["outcomes"]))
                         self._record(ch, m.row, row, hist, bar)
                     for m in batch:
                         if isinstance(m, _Stored):
@@ -677,6 +680,7 @@ class Estimator:
             "outcomes": outs, "response_tokens": [x.n_tokens for x in comps], "truncated": [x.truncated for x in comps],
             "prompt_tokens": ch.prompt_tokens.get(i), "grader_version": GRADER_VERSION,
             "rounds": rounds, "stop_reason": stop_reason, "bucket_probs": bucket_probs,
+            "answers": [final_answer(x.text) for x in comps],
         }
 
     def _write_chunk(self, ch: _Chunk) -> None:
@@ -723,7 +727,7 @@ class Estimator:
 
     def _finish(self, runner: Runner, resumed: int) -> Manifest:
         kept_paths, rej_paths = shard_paths(self.out / "kept"), shard_paths(self.out / "rejected")
-        cols = ["source", "n_correct", "n_graded", "outcomes", "truncated", "response_tokens", "k"]
+        cols = ["source", "n_correct", "n_graded", "outcomes", "truncated", "response_tokens", "k", "suspect_gold"]
         kept = pa.concat_tables([pq.read_table(p, columns=cols) for p in kept_paths]) if kept_paths else None
         rej = pa.concat_tables([pq.read_table(p, columns=["source", "reject_reason"]) for p in rej_paths]) if rej_paths else None
         n_kept = kept.num_rows if kept is not None else 0
@@ -758,6 +762,7 @@ class Estimator:
             "store": self.info.store_note, "k": s.k,
             "pass_count_histogram": hist, "sample_outcomes": outcomes,
             "truncation_rate": trunc_rate, "mean_response_tokens": mean_tokens,
+            "suspect_gold": int(pc.sum(pc.fill_null(kept["suspect_gold"], False)).as_py() or 0) if kept is not None else 0,
             "pass_counts_by_source": {k: dict(sorted(v.items(), key=lambda kv: int(kv[0])))
                                       for k, v in sorted(pass_counts_by_source.items())},
             "this_run": {
@@ -781,6 +786,31 @@ class Estimator:
                                  expected_rows_in=expected)
         except StageError as e:
             raise EstimateError(str(e)) from e
+
+
+def _consensus(pool: GradingPool, answers: list[str | None], outcomes: list[str]) -> dict:
+    """``suspect_gold`` when at least ``CONSENSUS_MIN`` samples, and at least half of all, give one answer that was
+    graded wrong (math-verify: not the gold). Answers are grouped as math-verify compares them (``0.5`` and
+    ``\\frac12`` are one answer); a sample without an explicit answer belongs to no group."""
+    wrong = [a for a, o in zip(answers, outcomes, strict=True) if o == "wrong" and a]
+    none = {"suspect_gold": False, "consensus_answer": None, "consensus_count": None}
+    need = max(CONSENSUS_MIN, (len(outcomes) + 1) // 2)
+    if len(wrong) < need:
+        return none
+    groups: list[list[str]] = []
+    for a in sorted(Counter(wrong), key=lambda x: -Counter(wrong)[x]):  # most frequent spelling first
+        for g in groups:
+            if pool.same_answer([(g[0], a)])[0]:
+                g.append(a)
+                break
+        else:
+            groups.append([a])
+    counts = Counter(wrong)
+    best = max(groups, key=lambda g: sum(counts[a] for a in g))
+    n = sum(counts[a] for a in best)
+    if n < need:
+        return none
+    return {"suspect_gold": True, "consensus_answer": best[0], "consensus_count": n}
 
 
 def _ends_report(correct: list[list[bool]], base: int) -> dict:

@@ -89,6 +89,19 @@ def extract_prediction(text: str) -> tuple[str, str]:
     return text[-MAX_FALLBACK_CHARS:], "anchored"
 
 
+def final_answer(text: str) -> str | None:
+    """The answer a response states explicitly (its last box, else its last ``<answer>`` tag), or None: what the
+    samples of a problem are compared on when looking for a consensus against the gold."""
+    from curate.sources.answers import last_boxed
+
+    text = strip_bold(text)
+    box = last_boxed(text)
+    if box is not None:
+        return box.strip() or None
+    tags = _ANSWER_TAG.findall(text)
+    return tags[-1].strip() or None if tags else None
+
+
 def cut_off_unanswered(text: str, truncated: bool) -> bool:
     """A response stopped by ``max_tokens`` before any explicit answer (box or ``<answer>`` tag).
 

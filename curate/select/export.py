@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from curate.core.config import ConfigError, check_choice
@@ -63,7 +64,7 @@ EXPORT_SCHEMA = pa.schema([
     pa.field("sample_weight", pa.float32()),
 ])
 INPUT_COLUMNS = ["id", "source", "source_id", "subject", "level", "problem", "answer", "pass_rate", "pass_rate_low",
-                 "pass_rate_high", "n_correct", "n_graded", "k", "model"]
+                 "pass_rate_high", "n_correct", "n_graded", "k", "model", "suspect_gold"]
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,7 @@ class ExportConfig:
     weight_floor: float = 0.05  # floor of Kimi's 1 - pass_rate resampling weight (our choice: solved rows not starved)
     rows_per_shard: int = 50_000  # rows per output file (our choice: ~50-100 MB Parquet at typical row sizes)
     card: bool = True  # write a data card (README.md, card.json, plots/) into the export
+    drop_suspect_gold: bool = False  # leave out rows whose samples agree on another answer than the gold
 
     def __post_init__(self):
         check_choice("format", self.format, FORMATS)
@@ -106,8 +108,8 @@ def load_scored(inputs: list[Path]) -> pa.Table:
                 raise SelectionError(f"{p}: not difficulty-scored (missing {missing}); run `gradus estimate` first")
             t = pq.read_table(p, columns=[c for c in INPUT_COLUMNS if c in names])
             for c in INPUT_COLUMNS:
-                if c not in t.column_names:
-                    t = t.append_column(c, pa.nulls(t.num_rows, pa.string()))
+                if c not in t.column_names:  # scored before the column existed
+                    t = t.append_column(c, pa.nulls(t.num_rows, pa.bool_() if c == "suspect_gold" else pa.string()))
             tables.append(t.select(INPUT_COLUMNS))
     if not tables:
         raise SelectionError(f"no scored shards in {[str(p) for p in inputs]}")
@@ -262,8 +264,13 @@ def export(inputs: list[Path], out: Path, cfg: ExportConfig, force: bool = False
     table = load_scored(folders)
     spec = BucketSpec.parse(cfg.buckets)
     target = Target.parse(cfg.target, spec)
-    sel: Selection = select(table, cfg.total, target, spec, seed=cfg.seed, shortfall=cfg.shortfall,
-                            include_ends=cfg.include_ends, weight_floor=cfg.weight_floor)
+    suspect = pc.fill_null(table["suspect_gold"], False)
+    n_suspect = int(pc.sum(suspect).as_py() or 0) if cfg.drop_suspect_gold else 0
+    sel: Selection = select(table.filter(pc.invert(suspect)) if n_suspect else table, cfg.total, target, spec,
+                            seed=cfg.seed, shortfall=cfg.shortfall, include_ends=cfg.include_ends,
+                            weight_floor=cfg.weight_floor)
+    if n_suspect:  # left out before the selection, and said so with the other exclusions
+        sel.report["excluded"] = {"suspect_gold": n_suspect, **sel.report["excluded"]}
     if sel.table.num_rows == 0:
         raise SelectionError(f"the export would hold 0 rows (of {table.num_rows} scored: left out {sel.report['excluded']}); "
                              "change --target, --buckets or --include-ends")
