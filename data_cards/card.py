@@ -165,7 +165,7 @@ def _final_set(p: Path) -> dict:
 
 
 def _difficulty(p: Path, m: Manifest) -> dict:
-    k_max = int(m.stats.get("k") or 0)
+    k_run = k_max = int(m.stats.get("k") or 0)  # the run's k: rows scored before k was recorded per row use it
     hist: Counter[int] = Counter()
     by_source: dict[str, Counter[int]] = defaultdict(Counter)
     by_level: dict[str, list[float]] = defaultdict(list)
@@ -175,8 +175,6 @@ def _difficulty(p: Path, m: Manifest) -> dict:
     suspects: list[dict] = []
     n_suspect = 0
     files = shard_paths(p / "kept")
-    for f in files:  # adaptive rows hold up to k_max samples: the histogram runs to the largest k drawn
-        k_max = max([k_max, *(x for x in pq.read_table(f, columns=["k"])["k"].to_pylist() if x)])
     for f in files:
         names = pq.ParquetFile(f).schema_arrow.names
         t = pq.read_table(f, columns=[c for c in ("source", "source_id", "level", "declared_difficulty", "n_correct",
@@ -193,7 +191,8 @@ def _difficulty(p: Path, m: Manifest) -> dict:
             if level is None and row.get("declared_difficulty") is not None:
                 level = f"{row['declared_difficulty']:g}"
             row["level"] = level
-            k = row["k"] or k_max
+            k = row["k"] or k_run
+            k_max = max(k_max, k)  # adaptive rows hold up to k_max samples: the histogram runs to the largest k drawn
             nc = row["n_correct"] or 0
             hist[nc] += 1
             by_source[row["source"]][nc] += 1

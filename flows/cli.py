@@ -97,33 +97,31 @@ def cmd_curate(a: argparse.Namespace) -> None:
 
 def cmd_demo(a: argparse.Namespace) -> None:
     """The bundled sample through every stage: the flow of ``flows/demo.toml`` on the embedded Prefect."""
-    from flows.flow import DEMO_CONFIG
+    import dataclasses
 
-    if a.estimate_rows is not None:
-        import dataclasses
+    from flows.flow import DEMO_CONFIG, FlowConfig
 
-        from flows.flow import FlowConfig
-
-        cfg = FlowConfig.load(DEMO_CONFIG)
-        if cfg.difficulty is not None and a.estimate_rows > 0:
-            cfg = dataclasses.replace(cfg, difficulty=dataclasses.replace(cfg.difficulty, limit=a.estimate_rows))
-        elif a.estimate_rows <= 0:
-            cfg = dataclasses.replace(cfg, difficulty=None, export=None)
-    else:
-        cfg = None
-    _run_flow(DEMO_CONFIG, Path(a.out).resolve(), cfg, progress=not a.no_progress, verbose=getattr(a, "verbose", False))
+    _quiet_prefect(a)
+    cfg = FlowConfig.load(DEMO_CONFIG)
+    if a.estimate_rows is not None and a.estimate_rows <= 0:
+        cfg = dataclasses.replace(cfg, difficulty=None, export=None)
+    elif a.estimate_rows is not None and cfg.difficulty is not None:
+        cfg = dataclasses.replace(cfg, difficulty=dataclasses.replace(cfg.difficulty, limit=a.estimate_rows))
+    _run_flow(cfg, Path(a.out).resolve(), progress=not a.no_progress)
 
 
-def _run_flow(path, out: Path, cfg=None, progress: bool = False, verbose: bool = False) -> None:
-    """Run the flow of config ``path`` (or ``cfg``, already loaded) into ``out``; print what it did, the card and the
-    export's paths."""
-    from flows.flow import FlowConfig, run_flow
-
-    if not verbose:
-        os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")  # the flow's own report is printed below
-        # the embedded server's usage telemetry cannot reach its host offline and logs an error each start
+def _quiet_prefect(a: argparse.Namespace) -> None:
+    """Unless -v: Prefect's own logs at WARNING (the command prints the flow's report), and no usage telemetry (the
+    embedded server cannot reach its host offline and logs an error at each start)."""
+    if not getattr(a, "verbose", False):
+        os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
         os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    cfg = cfg or FlowConfig.load(path)
+
+
+def _run_flow(cfg, out: Path, progress: bool = False) -> None:
+    """Run the flow of ``cfg`` into ``out``; print its plan, what it did, the card and the export's paths."""
+    from flows.flow import run_flow
+
     for i, step in enumerate(cfg.plan(), 1):
         print(f"{i}. {step}")
     s = run_flow(cfg, out, progress=progress)
@@ -256,8 +254,7 @@ def cmd_model(a: argparse.Namespace) -> None:
 def cmd_flow(a: argparse.Namespace) -> None:
     from flows.flow import FlowConfig, build_flow
 
-    if not getattr(a, "verbose", False):
-        os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")  # the flow's own report is printed below
+    _quiet_prefect(a)
     cfg = FlowConfig.load(a.config)
     if a.dry_run or a.action == "plan":
         for i, step in enumerate(cfg.plan(), 1):
@@ -265,7 +262,7 @@ def cmd_flow(a: argparse.Namespace) -> None:
         return
     out = Path(a.out).resolve()
     if a.action == "run":
-        _run_flow(a.config, out, cfg, progress=not a.no_progress, verbose=getattr(a, "verbose", False))
+        _run_flow(cfg, out, progress=not a.no_progress)
     else:  # serve: a deployment on a schedule, served from this process (Prefect's serve)
         cfg.plan()
         out.mkdir(parents=True, exist_ok=True)

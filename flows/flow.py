@@ -130,13 +130,17 @@ def _stage(kind: str, inputs: list[str], out: str, cfg) -> dict:
             "removed": m.rejected_by_reason}
 
 
+def _difficulty_summary(m, out: str, **extra) -> dict:
+    """What a difficulty task hands on: counts, and this run's samples (none when the stage was already complete)."""
+    this_run = {} if m.skipped else (m.stats.get("this_run") or {})
+    return {"folder": out, "rows_in": m.rows_in, "rows_kept": m.rows_kept, "skipped": m.skipped,
+            "samples": this_run.get("samples", 0), "rows_from_store": this_run.get("store_hits", 0), **extra}
+
+
 def _difficulty(inputs: list[str], out: str, cfg: EstimateConfig, progress: bool = False) -> dict:
     from curate.difficulty.estimate import estimate
 
-    m = estimate([Path(x) for x in inputs], Path(out), cfg, progress=progress)
-    this_run = m.stats.get("this_run") or {}
-    return {"folder": out, "rows_in": m.rows_in, "rows_kept": m.rows_kept, "skipped": m.skipped,
-            "samples": this_run.get("samples", 0), "rows_from_store": this_run.get("store_hits", 0)}
+    return _difficulty_summary(estimate([Path(x) for x in inputs], Path(out), cfg, progress=progress), out)
 
 
 def _difficulty_begin(inputs: list[str], out: str, cfg: EstimateConfig) -> dict | None:
@@ -144,8 +148,7 @@ def _difficulty_begin(inputs: list[str], out: str, cfg: EstimateConfig) -> dict 
     from curate.difficulty.estimate import Estimator
 
     m = Estimator([Path(x) for x in inputs], Path(out), cfg, progress=False).begin()
-    return None if m is None else {"folder": out, "rows_in": m.rows_in, "rows_kept": m.rows_kept, "skipped": True,
-                                   "samples": 0, "rows_from_store": 0}
+    return None if m is None else _difficulty_summary(m, out)
 
 
 def _difficulty_share(inputs: list[str], out: str, cfg: EstimateConfig, worker: int, workers: int) -> dict:
@@ -158,10 +161,7 @@ def _difficulty_finish(inputs: list[str], out: str, cfg: EstimateConfig, shares:
     from curate.difficulty.estimate import Estimator
 
     m = Estimator([Path(x) for x in inputs], Path(out), cfg, progress=False).finish_shares(shares)
-    this_run = m.stats.get("this_run") or {}
-    return {"folder": out, "rows_in": m.rows_in, "rows_kept": m.rows_kept, "skipped": m.skipped,
-            "samples": this_run.get("samples", 0), "rows_from_store": this_run.get("store_hits", 0),
-            "workers": len(shares)}
+    return _difficulty_summary(m, out, workers=len(shares))
 
 
 def _export(inputs: list[str], out: str, cfg: ExportConfig) -> dict:

@@ -127,8 +127,6 @@ class EstimateConfig:
         d["sampling"] = self.sampling.as_dict()
         if not self.sequential.active:
             d.pop("sequential")  # fixed k: the identity of every run before sequential sampling existed
-        else:
-            d["sequential"]["edges"] = list(self.sequential.edges)
         return d
 
 
@@ -154,9 +152,7 @@ def store_identity(model: str, revision: str, template: str, template_fingerprin
     base URL; sequential sampling's settings when it is on. The backend is recorded with each row, not keyed:
     vLLM and an HTTP server running the same weights with the same seeds are the same estimate.
     """
-    extra = {}
-    if sequential is not None and sequential.active:
-        extra["sequential"] = {**asdict(sequential), "edges": list(sequential.edges)}
+    extra = {"sequential": asdict(sequential)} if sequential is not None and sequential.active else {}
     return {**extra, "model": model, "revision": revision, "template": template, "template_fingerprint": template_fingerprint,
             "k": s.k, "temperature": s.temperature, "top_p": s.top_p, "max_tokens": s.max_tokens, "seed": s.seed,
             "max_prompt_tokens": s.max_prompt_tokens, "grader": grader or GRADER_VERSION, "grader_timeout_s": grader_timeout_s,
@@ -245,6 +241,14 @@ def _chunks(folders: list[Path], size: int, limit: int | None = None) -> Iterato
                     buf, n = ([rest] if rest.num_rows else []), rest.num_rows
     if n:
         yield pa.concat_tables(buf, promote_options="permissive") if len(buf) > 1 else buf[0]
+
+
+def _n_chunks(folders: list[Path], size: int, limit: int | None = None) -> int:
+    """How many tables ``_chunks`` cuts the inputs into, from the shards' metadata (no row is read)."""
+    rows = sum(pq.ParquetFile(p).metadata.num_rows for folder in folders for p in shard_paths(folder))
+    if limit is not None:
+        rows = min(rows, limit)
+    return -(-rows // size)
 
 
 def _write_atomic(table: pa.Table, path: Path) -> None:
@@ -375,12 +379,19 @@ class Estimator:
     def _done(self) -> set[int]:
         return {int(p.stem.split("_")[1]) for p in shard_paths(self.out / "kept")}
 
-    def run(self, force: bool = False) -> Manifest:
+    def _claim(self, force: bool) -> tuple[Runner, Manifest | None]:
+        """The stage's runner, and the complete output already there (nothing to do) or None once the folder is
+        claimed (finished parts of the same identity kept for resuming)."""
         runner = self._runner(force)
         done_before = runner.previous()
+        if done_before is None:
+            runner.begin(keep_parts=True)
+        return runner, done_before
+
+    def run(self, force: bool = False) -> Manifest:
+        runner, done_before = self._claim(force)
         if done_before is not None:
             return done_before
-        runner.begin(keep_parts=True)
         done = self._done()
         self._generate(done)
         return self._finish(runner, len(done))
@@ -388,12 +399,7 @@ class Estimator:
     # ---- one run split into shares (the flow fans them out, one engine each) -------------------------
     def begin(self, force: bool = False) -> Manifest | None:
         """Claim the output folder for a shared run; returns the complete output if there is one (nothing to do)."""
-        runner = self._runner(force)
-        done_before = runner.previous()
-        if done_before is not None:
-            return done_before
-        runner.begin(keep_parts=True)
-        return None
+        return self._claim(force)[1]
 
     def run_share(self, worker: int, workers: int) -> dict:
         """Score chunk ``c`` for every ``c % workers == worker`` not already on disk, with an engine of its own.
@@ -411,7 +417,7 @@ class Estimator:
     def finish_shares(self, shares: list[dict]) -> Manifest:
         """The manifest of a shared run, once every share has returned (every chunk checked on disk)."""
         runner = self._runner()
-        total = len(list(_chunks(self.inputs, self.cfg.chunk_rows, self.cfg.limit)))
+        total = _n_chunks(self.inputs, self.cfg.chunk_rows, self.cfg.limit)
         missing = sorted(set(range(total)) - self._done())
         if missing:
             raise EstimateError(f"{len(missing)} chunk(s) not scored ({missing[:5]}...): a share did not finish; "
@@ -705,17 +711,17 @@ class Estimator:
             self.store.append(kept.take(pa.array(fresh, pa.int64())))
 
     # ---- the manifest ---------------------------------------------------------------------------------
-    def _sequential_stats(self, kept_paths: list[Path]) -> dict:
-        """Samples per problem, stopping reasons, posterior buckets and what resampling the ends found."""
+    def _sequential_stats(self, t: pa.Table | None) -> dict:
+        """Samples per problem, stopping reasons, posterior buckets and what resampling the ends found (``t``: the
+        kept rows, read by ``_finish`` with the columns this needs)."""
         from curate.difficulty.adaptive import BUCKETS
 
         seq = self.cfg.sequential
-        cols = ["k", "correct", "stop_reason", "bucket_probs"]
-        t = pa.concat_tables([pq.read_table(p, columns=cols) for p in kept_paths]) if kept_paths else None
+        settings = asdict(seq)
         if t is None or not t.num_rows:
-            return {"settings": self.cfg.as_dict()["sequential"]}
+            return {"settings": settings}
         ks = t["k"].to_pylist()
-        out: dict = {"settings": self.cfg.as_dict()["sequential"], "mean_samples": round(sum(ks) / len(ks), 3),
+        out: dict = {"settings": settings, "mean_samples": round(sum(ks) / len(ks), 3),
                      "samples_histogram": dict(sorted(Counter(ks).items())),
                      "stop_reasons": dict(Counter(t["stop_reason"].to_pylist()))}
         probs = [p for p in t["bucket_probs"].to_pylist() if p]
@@ -728,6 +734,8 @@ class Estimator:
     def _finish(self, runner: Runner, resumed: int) -> Manifest:
         kept_paths, rej_paths = shard_paths(self.out / "kept"), shard_paths(self.out / "rejected")
         cols = ["source", "n_correct", "n_graded", "outcomes", "truncated", "response_tokens", "k", "suspect_gold"]
+        if self.cfg.sequential.active:
+            cols += ["correct", "stop_reason", "bucket_probs"]
         kept = pa.concat_tables([pq.read_table(p, columns=cols) for p in kept_paths]) if kept_paths else None
         rej = pa.concat_tables([pq.read_table(p, columns=["source", "reject_reason"]) for p in rej_paths]) if rej_paths else None
         n_kept = kept.num_rows if kept is not None else 0
@@ -754,7 +762,7 @@ class Estimator:
             for src, reason in zip(rej["source"].to_pylist(), rej["reject_reason"].to_pylist(), strict=True):
                 by_source.setdefault(src, Counter()).update({"in": 1, f"rejected/{reason}": 1})
         s = self.cfg.sampling
-        seq_stats = self._sequential_stats(kept_paths) if self.cfg.sequential.active else None
+        seq_stats = self._sequential_stats(kept) if self.cfg.sequential.active else None
         gen_s = self.stats.get("generate_seconds") or 0
         stats = {
             "model": self.info.model, "model_revision": self.info.revision,
@@ -797,15 +805,15 @@ def _consensus(pool: GradingPool, answers: list[str | None], outcomes: list[str]
     need = max(CONSENSUS_MIN, (len(outcomes) + 1) // 2)
     if len(wrong) < need:
         return none
+    counts = Counter(wrong)
     groups: list[list[str]] = []
-    for a in sorted(Counter(wrong), key=lambda x: -Counter(wrong)[x]):  # most frequent spelling first
+    for a, _ in counts.most_common():  # most frequent spelling first
         for g in groups:
             if pool.same_answer([(g[0], a)])[0]:
                 g.append(a)
                 break
         else:
             groups.append([a])
-    counts = Counter(wrong)
     best = max(groups, key=lambda g: sum(counts[a] for a in g))
     n = sum(counts[a] for a in best)
     if n < need:
