@@ -12,6 +12,7 @@ contaminated, not only the one a dedup would have kept.
 from __future__ import annotations
 
 import logging
+import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -19,25 +20,18 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from curate.clean import dedup_disk
 from curate.clean.decontam import BenchmarkIndex, DecontamConfig, resolve_benchmark
-from curate.clean.dedup import (
-    DedupConfig,
-    candidate_pairs,
-    clusters,
-    conflict_pairs,
-    hash_strings,
-    loose_ok,
-    minhash,
-    number_strings,
-)
+from curate.clean.dedup import DedupConfig, candidate_pairs, clusters, conflict_pairs, loose_ok
+from curate.clean.dedup_disk import FEATURES, READ_COLUMNS, WORK, features
 from curate.clean.filters import FilterConfig, apply_filters
-from curate.clean.text import asy_keys, canonical, content_ids, repair_escapes, sequence_keys, tokens
+from curate.clean.text import content_ids, repair_escapes
 from curate.core.config import ConfigError, check_keys, from_dict, load_file
 from curate.core.errors import SourceError
 from curate.core.manifest import Manifest
 from curate.core.runner import StageError, StageRun, file_fingerprint, input_entries, reject_table, run_stage
 from curate.core.schema import SCHEMA, conform
-from curate.core.shards import count_rows, iter_batches, stage_dir, write_json_atomic
+from curate.core.shards import count_rows, iter_batches, shard_paths, stage_dir, write_json_atomic
 from curate.sources.adapters import (
     ADAPTERS,
     apply_adapter,
@@ -245,69 +239,85 @@ def decontam_stage(inputs: list[Path], out: Path, cfg: DecontamConfig, force: bo
 
 
 # ----------------------------------------------------------------------------------------------- dedup
+class _MemoryRows:
+    """The in-memory engine's features: every row's, in one table (``Work.columns`` reads them from disk)."""
+
+    def __init__(self, feat: pa.Table):
+        self.feat, self.n = feat, feat.num_rows
+
+    def columns(self, rows: np.ndarray, names: list[str]) -> dict[str, np.ndarray]:
+        t = self.feat.select(names).take(pa.array(rows, pa.int64()))
+        return {k: t[k].to_numpy(zero_copy_only=False) for k in names}
+
+
+def _memory_pairs(dirs: list[Path], cfg: DedupConfig, prio: dict[str, int]):
+    """The in-memory engine: every row's features and signature at once, ``candidate_pairs`` over them."""
+    feats, sigs = [], []
+    for d in dirs:
+        for t in iter_batches(d, columns=READ_COLUMNS):
+            f, s = features(t, cfg, prio)
+            feats.append(f)
+            if s is not None:
+                sigs.append(s)
+    feat = pa.concat_tables(feats) if feats else FEATURES.empty_table()
+    col = (lambda k: feat[k].to_numpy(zero_copy_only=False))  # noqa: E731
+    u, v, agree, strict = candidate_pairs(col("idh"), col("numh"), np.concatenate(sigs) if sigs else None, cfg,
+                                          col("digits"), col("draw"), col("year"))
+    return (u, v, agree, strict), _MemoryRows(feat)
+
+
 def dedup_stage(inputs: list[Path], out: Path, cfg: DedupConfig | None = None, force: bool = False) -> Manifest:
     """Exact + near dedup across all input shards; one representative per cluster by source priority; clusters
-    whose golds disagree are reported as ``gold_conflict`` (and keep no row by default)."""
+    whose golds disagree are reported as ``gold_conflict`` (and keep no row by default).
+
+    ``cfg.engine``: ``disk`` (default) holds one shard at a time and the rows that have a pair
+    (``curate.clean.dedup_disk``); ``memory`` holds every row's signature. Both decide every row alike, so the
+    engine (and ``workers``) are not part of the stage's identity."""
     cfg = cfg or DedupConfig()
     from curate.difficulty.grading import GRADER_VERSION, GradingPool
 
     def body(run: StageRun) -> None:
         dirs = _kept_dirs(inputs)
-        ids, ranks, answers, numbers, sigs, id_strs, gold, src, sid, digits = [], [], [], [], [], [], [], [], [], []
-        years, drawings, statements = [], [], []
         prio = {s: i for i, s in enumerate(cfg.source_priority)}
-        with run.timed("pass1_signatures"):
-            for d in dirs:
-                for t in iter_batches(d, columns=["id", "source", "source_id", "answer", "problem", "year"]):
-                    ids.append(hash_strings(t["id"]))
-                    id_strs.append(t["id"].to_numpy(zero_copy_only=False))
-                    ranks.append(np.array([prio.get(s, len(prio)) for s in t["source"].to_pylist()], np.int64))
-                    g = pc.replace_substring_regex(pc.fill_null(t["answer"], ""), r"\s+", "")
-                    answers.append(hash_strings(g))
-                    gold.append(pc.fill_null(t["answer"], "").to_numpy(zero_copy_only=False))
-                    src.append(t["source"].to_numpy(zero_copy_only=False))
-                    sid.append(t["source_id"].to_numpy(zero_copy_only=False))
-                    years.append(pc.fill_null(t["year"], -1).to_numpy(zero_copy_only=False).astype(np.int64))
-                    canon = canonical(t["problem"])  # once a batch: numbers, tokens, keys and shingles read it
-                    toks = tokens(t["problem"], canon)
-                    nums = number_strings(t["problem"], canon)
-                    numbers.append(hash_strings(nums))
-                    digits.append(nums.to_numpy(zero_copy_only=False))
-                    asy = asy_keys(t["problem"])
-                    drawings.append(np.where(pc.equal(asy, "").to_numpy(zero_copy_only=False), np.uint64(0),
-                                             hash_strings(asy)))
-                    statements.append(hash_strings(pa.array(sequence_keys(t["problem"], toks), pa.string())))
-                    if cfg.near:
-                        sigs.append(minhash(t["problem"], cfg, toks))
-        n = sum(len(x) for x in ids)
-        cat = (lambda xs, dt: np.concatenate(xs) if xs else np.zeros(0, dt))  # noqa: E731
-        all_ids, golds = cat(id_strs, object), cat(gold, object)
-        hashes, ans = cat(ids, np.uint64), cat(answers, np.uint64)
+        work = out / WORK
+        with run.timed("signatures"):
+            if cfg.engine == "memory":
+                (u, v, agree, strict), rows = _memory_pairs(dirs, cfg, prio)
+            else:
+                w = dedup_disk.build([p for d in dirs for p in shard_paths(d)], work, cfg, prio, cfg.workers)
+        if cfg.engine != "memory":
+            with run.timed("pairs"):
+                u, v, agree, strict = dedup_disk.pairs(w)
+            rows = w
+            run.extra["dedup_work"] = {"shards": len(w.rows), "key_ranges_per_band": w.parts}
+        n = rows.n
+        nodes = np.unique(np.r_[u, v])  # the rows that have a pair: every later step holds these only
+        cu, cv = np.searchsorted(nodes, u), np.searchsorted(nodes, v)
+        f = rows.columns(nodes, ["idh", "stmt", "ans", "year", "rank"])
         with run.timed("pairs"):
-            year = cat(years, np.int64)
-            u, v, agree, strict = candidate_pairs(hashes, cat(numbers, np.uint64),
-                                                  np.concatenate(sigs) if (cfg.near and sigs) else None, cfg,
-                                                  cat(digits, object), cat(drawings, np.uint64), year)
-            loose = loose_ok(agree, strict, (year[u] == year[v]) & (year[u] >= 0), golds[u], cfg)
-            stmt = cat(statements, np.uint64)
-            same_statement = (hashes[u] == hashes[v]) | (stmt[u] == stmt[v])
-        del sigs  # the signatures are the largest thing held: gone before the second pass
+            year = f["year"]
+            golds_u = np.full(len(u), "", object)
+            if (~strict).any():
+                golds_u[~strict] = rows.columns(u[~strict], ["gold"])["gold"]
+            loose = loose_ok(agree, strict, (year[cu] == year[cv]) & (year[cu] >= 0), golds_u, cfg)
+            same_statement = (f["idh"][cu] == f["idh"][cv]) | (f["stmt"][cu] == f["stmt"][cv])
         with run.timed("golds"):
-            same = ans[u] == ans[v]
+            same = f["ans"][cu] == f["ans"][cv]
             differ = ~same
             todo = np.flatnonzero(~same & (strict | loose | same_statement))
             if len(todo):  # golds written differently: math-verify decides ("073" is 73); None decides nothing
+                gu, gv = rows.columns(u[todo], ["gold"])["gold"], rows.columns(v[todo], ["gold"])["gold"]
                 with GradingPool(timeout_s=cfg.gold_timeout_s) as pool:
-                    verdict = pool.same_answer([(golds[u[j]], golds[v[j]]) for j in todo])
+                    verdict = pool.same_answer(list(zip(gu.tolist(), gv.tolist(), strict=True)))
                 same[todo] = [x is True for x in verdict]
                 differ[todo] = [x is False for x in verdict]
                 run.extra["gold_compare"] = {"pairs": int(len(todo)), "same": int(sum(x is True for x in verdict)),
                                              "undecided": int(sum(x is None for x in verdict))}
         with run.timed("clusters"):
-            rep, kind = clusters(n, u, v, strict, loose, same, differ, same_statement, hashes, cat(ranks, np.int64),
-                                 cfg)
-        sources, source_ids = cat(src, object), cat(sid, object)
-        conflicts = _conflict_clusters(rep, u, v, differ, same_statement, golds, sources, source_ids, all_ids, cfg)
+            rep_c, kind = clusters(len(nodes), cu, cv, strict, loose, same, differ, same_statement, f["idh"],
+                                   f["rank"], cfg)
+            rep = nodes[rep_c]
+        conflicts = _conflict_clusters(rep_c, cu, cv, differ, same_statement, nodes, rows, cfg)
         run.extra["dedup"] = {
             "clusters_with_duplicates": int(len(np.unique(rep[(kind == 1) | (kind == 2)]))),
             "exact_duplicates": int((kind == 1).sum()),
@@ -322,32 +332,45 @@ def dedup_stage(inputs: list[Path], out: Path, cfg: DedupConfig | None = None, f
                 f"{r['answer']} ({r['source']} {r['source_id']})" for r in c["rows"])
             for r in c["rows"]:
                 detail_of[r["row"]] = text[:500]
+        # the content ids of the rows that represent others (a row's own id otherwise)
+        other = rep != nodes
+        rep_rows = np.unique(rep[other])
+        rep_ids = rows.columns(rep_rows, ["id"])["id"]
+        del rows
         start = 0
         reason_of = {1: "dedup_exact", 2: "dedup_near", 3: "gold_conflict"}
         for d in dirs:
             for t in iter_batches(d):
                 m = t.num_rows
-                r, k = rep[start : start + m], kind[start : start + m]
-                cluster = pa.array(all_ids[r], pa.string())
-                t = t.set_column(t.schema.get_field_index("dedup_cluster"), "dedup_cluster", cluster)
+                a, b = np.searchsorted(nodes, [start, start + m])
+                local = nodes[a:b] - start
+                k = np.zeros(m, np.int8)
+                k[local] = kind[a:b]
+                cluster = t["id"].to_numpy(zero_copy_only=False).astype(object)
+                moved = other[a:b]
+                cluster[local[moved]] = rep_ids[np.searchsorted(rep_rows, rep[a:b][moved])]
+                t = t.set_column(t.schema.get_field_index("dedup_cluster"), "dedup_cluster",
+                                 pa.array(cluster, pa.string()))
                 dup = k > 0
                 rej = t.filter(pa.array(dup))
-                rows = np.flatnonzero(dup) + start
                 reasons = [reason_of[int(x)] for x in k[dup]]
-                details = [detail_of.get(int(j), f"kept {all_ids[rep[j]]}") for j in rows]
+                details = [detail_of.get(int(j) + start, f"kept {cluster[j]}") for j in np.flatnonzero(dup)]
                 start += m
                 run.emit(t.filter(pa.array(~dup)), reject_table(rej, "dedup", reasons, details) if rej.num_rows else None)
         if start != n:
             raise StageError(f"dedup: the second pass read {start} rows, the first {n}: the input changed during the run")
+        shutil.rmtree(work, ignore_errors=True)
 
-    config = {**asdict(cfg), "grader_version": GRADER_VERSION}  # math-verify decides which golds are one answer
+    # math-verify decides which golds are one answer; the engine and its processes change nothing in the output
+    config = {**{k: v for k, v in asdict(cfg).items() if k not in ("engine", "workers")},
+              "grader_version": GRADER_VERSION}
     return run_stage("dedup", out, input_entries(inputs), config, body, force=force, input_folders=inputs)
 
 
-def _conflict_clusters(rep, u, v, differ, same_statement, golds, sources, source_ids, ids,
-                       cfg: DedupConfig) -> list[dict]:
+def _conflict_clusters(rep, u, v, differ, same_statement, nodes, rows, cfg: DedupConfig) -> list[dict]:
     """Each cluster whose golds disagree: its rows (source, id, gold) and the distinct golds, for the manifest,
-    the card and the reject details. With ``conflicts="keep"`` the clusters are listed all the same."""
+    the card and the reject details. With ``conflicts="keep"`` the clusters are listed all the same. ``rep``,
+    ``u`` and ``v`` index ``nodes`` (the rows that have a pair); ``rows`` reads their columns."""
     bad = conflict_pairs(differ, same_statement, cfg)
     comps: dict[int, None] = {}
     for a, b in zip(u[bad].tolist(), v[bad].tolist(), strict=True):
@@ -358,12 +381,16 @@ def _conflict_clusters(rep, u, v, differ, same_statement, golds, sources, source
     members: dict[int, list[int]] = {c: [] for c in comps}
     for j in np.flatnonzero(np.isin(rep, list(comps))).tolist():
         members[int(rep[j])].append(j)
+    every = sorted(j for js in members.values() for j in js)
+    f = rows.columns(nodes[every], ["id", "source", "source_id", "gold"])
+    at = {j: i for i, j in enumerate(every)}
     out = []
-    for c, rows in members.items():
-        out.append({"kept": None if cfg.conflicts == "drop" else str(ids[c]),
-                    "answers": list(dict.fromkeys(str(golds[j]) for j in rows)),
-                    "rows": [{"row": j, "id": str(ids[j]), "source": str(sources[j]), "source_id": str(source_ids[j]),
-                              "answer": str(golds[j])} for j in rows]})
+    for c, js in members.items():
+        out.append({"kept": None if cfg.conflicts == "drop" else str(f["id"][at[c]]),
+                    "answers": list(dict.fromkeys(str(f["gold"][at[j]]) for j in js)),
+                    "rows": [{"row": int(nodes[j]), "id": str(f["id"][at[j]]), "source": str(f["source"][at[j]]),
+                              "source_id": str(f["source_id"][at[j]]), "answer": str(f["gold"][at[j]])}
+                             for j in js]})
     return out
 
 

@@ -53,6 +53,9 @@ class DedupConfig:
     gold_timeout_s: int = 5  # math-verify's seconds per gold comparison
     require_same_numbers: bool = True  # nor one whose statements hold different numbers
     seed: int = 42  # MinHash permutation seed
+    # how, not what: neither is part of the stage's identity (both engines decide every row alike)
+    engine: str = "disk"  # disk: one shard at a time (curate.clean.dedup_disk); memory: every signature at once
+    workers: int = 0  # processes that compute the shards' signatures (disk engine); 0: the usable cores
     # Preferred sources first (competition originals over re-collections); unlisted ones rank after, in order seen.
     source_priority: tuple[str, ...] = ("aime", "aime_csv", "math500", "math", "omni_math", "deepscaler", "numina_1.5",
                                         "numina_cot", "deepmath", "orz")
@@ -62,6 +65,8 @@ class DedupConfig:
             raise ValueError("ngram, bands and rows must be >= 1")
         if not all(0.0 < x <= 1.0 for x in (self.threshold, self.telling_threshold, self.loose_threshold)):
             raise ValueError("threshold, loose_threshold and telling_threshold must be in (0, 1]")
+        if self.engine not in ("disk", "memory"):
+            raise ValueError(f"engine must be disk or memory, not {self.engine!r}")
         if self.conflicts not in ("drop", "keep"):
             raise ValueError(f"conflicts must be drop or keep, not {self.conflicts!r}")
 
@@ -139,7 +144,6 @@ def candidate_pairs(ids: np.ndarray, numbers: np.ndarray, sigs: np.ndarray | Non
     dup = first != idx
     us, vs, ag, st = [idx[dup]], [first[dup]], [np.ones(int(dup.sum()))], [np.ones(int(dup.sum()), bool)]
     if sigs is not None and n:
-        lowest = min(cfg.threshold, cfg.loose_threshold) if digits is not None else cfg.threshold
         counts = (pc.count_substring_regex(pa.array(digits, pa.string()), "[0-9]+").to_numpy(zero_copy_only=False)
                   if digits is not None else None)
         for band in range(cfg.bands):
@@ -149,29 +153,48 @@ def candidate_pairs(ids: np.ndarray, numbers: np.ndarray, sigs: np.ndarray | Non
             cand = np.flatnonzero((f != idx) & (ids != ids[f]))
             if len(cand) == 0:
                 continue
-            agree = (sigs[cand] == sigs[f[cand]]).mean(axis=1)
-            keep = agree >= lowest
-            if drawings is not None:
-                d1, d2 = drawings[cand], drawings[f[cand]]
-                same_year = (years[cand] == years[f[cand]]) & (years[cand] >= 0) if years is not None else False
-                keep &= (d1 == 0) | (d2 == 0) | (d1 == d2) | same_year
-            cand, other, agree = cand[keep], f[cand[keep]], agree[keep]
-            same_numbers = numbers[cand] == numbers[other] if cfg.require_same_numbers else np.ones(len(cand), bool)
-            strict = (agree >= cfg.threshold) & same_numbers
-            ok = strict.copy()
-            if counts is not None and digits is not None:
-                ok |= same_numbers  # as many numbers, the same ones: nested
-                # one holds more numbers than the other: is it all of the other's? (a Python look at these few)
-                for j in np.flatnonzero(~ok & (counts[cand] != counts[other])).tolist():
-                    ok[j] = _numbers_nested(digits[cand[j]], digits[other[j]])
-            us.append(cand[ok])
-            vs.append(other[ok])
-            ag.append(agree[ok])
-            st.append(strict[ok])
+            other = f[cand]
+            agree = (sigs[cand] == sigs[other]).mean(axis=1)
+            ok, strict = judge_near(agree, numbers[cand] == numbers[other], cfg,
+                                    None if counts is None else counts[cand] != counts[other],
+                                    None if digits is None else (digits[cand], digits[other]),
+                                    None if drawings is None else (drawings[cand], drawings[other]),
+                                    None if years is None else (years[cand], years[other]))
+            cand, other, agree, strict = cand[ok], other[ok], agree[ok], strict[ok]
+            us.append(cand)
+            vs.append(other)
+            ag.append(agree)
+            st.append(strict)
     u, v = np.concatenate(us).astype(np.int64), np.concatenate(vs).astype(np.int64)
     _, first_seen = np.unique(u * max(n, 1) + v, return_index=True)  # a pair found by several bands, once
     first_seen.sort()
     return u[first_seen], v[first_seen], np.concatenate(ag)[first_seen], np.concatenate(st)[first_seen]
+
+
+def judge_near(agree: np.ndarray, same_numbers: np.ndarray, cfg: DedupConfig, counts_differ: np.ndarray | None = None,
+               digits: tuple[np.ndarray, np.ndarray] | None = None, drawings: tuple[np.ndarray, np.ndarray] | None = None,
+               years: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Which band collisions (pairs of rows with other content ids) are near pairs: ``(ok, strict)`` per pair.
+
+    ``agree``: the fraction of equal signature hashes; ``same_numbers``: the statements hold the same numbers;
+    ``counts_differ``, ``digits``, ``drawings``, ``years``: per pair, both sides (see ``candidate_pairs``). One
+    rule for both dedup engines (``dedup_disk`` judges the pairs its band files give)."""
+    lowest = min(cfg.threshold, cfg.loose_threshold) if digits is not None else cfg.threshold
+    ok = agree >= lowest
+    if drawings is not None:
+        d1, d2 = drawings
+        same_year = (years[0] == years[1]) & (years[0] >= 0) if years is not None else False
+        ok &= (d1 == 0) | (d2 == 0) | (d1 == d2) | same_year
+    if not cfg.require_same_numbers:
+        same_numbers = np.ones(len(agree), bool)
+    strict = ok & (agree >= cfg.threshold) & same_numbers
+    good = strict.copy()
+    if counts_differ is not None and digits is not None:
+        good |= ok & same_numbers  # as many numbers, the same ones: nested
+        # one holds more numbers than the other: is it all of the other's? (a Python look at these few)
+        for j in np.flatnonzero(ok & ~good & counts_differ).tolist():
+            good[j] = _numbers_nested(digits[0][j], digits[1][j])
+    return good, strict
 
 
 def _numbers_nested(a: str, b: str) -> bool:

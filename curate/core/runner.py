@@ -137,7 +137,7 @@ MARKER = ".gradus-stage.json"  # written before any data: this folder is a gradu
 # what a stage output folder may hold, by output kind; anything else is a user's and stops the run
 _CARD = {"README.md", "card.json", "plots"}  # a data card of the output (data_cards), rebuilt with it
 _OWN = {
-    "shards": {MANIFEST, MARKER, "kept", "rejected", *_CARD},
+    "shards": {MANIFEST, MARKER, "kept", "rejected", "work", *_CARD},  # work: dedup's on-disk files, until done
     "parts": {MANIFEST, MARKER, "kept", "rejected", "responses", "run.json", *_CARD},  # run.json: gradus 0.1's marker
     "folder": {MANIFEST, MARKER, "data", "selection_report.json", *_CARD},
 }
@@ -146,7 +146,8 @@ _OWN = {
 _STAGE_PART = re.compile(r"stage_\d+_[A-Za-z0-9_.-]+$")
 # what may lie inside the folders a stage owns (anything else is a user's file, and stops the run)
 _INSIDE = {"kept": (".parquet", ".tmp"), "rejected": (".parquet", ".tmp"), "responses": (".parquet", ".tmp"),
-           "plots": (".png",), "data": (".parquet", ".jsonl", ".arrow", ".json", ".tmp")}
+           "plots": (".png",), "data": (".parquet", ".jsonl", ".arrow", ".json", ".tmp"),
+           "work": (".npy", ".parquet", ".json", ".tmp")}
 
 
 def _owned(kind: str, name: str, path: Path | None = None) -> bool:
@@ -331,10 +332,13 @@ class Runner:
 
         self.check_output()
         finished = (self.out / MANIFEST).exists()
-        resume = keep_parts and not finished and self.resumable()
+        same_run = not finished and self.resumable()
+        resume = keep_parts and same_run
         (self.out / MANIFEST).unlink(missing_ok=True)
         if not resume:
             for e in list(self.out.iterdir()) if self.out.is_dir() else []:
+                if e.name == "work" and same_run:
+                    continue  # a stage's own scratch files of this same identity: it resumes from them
                 if e.name != MARKER and _owned(STAGE_KINDS[self.kind].output, e.name, e):
                     shutil.rmtree(e) if e.is_dir() and not e.is_symlink() else e.unlink()
         self.out.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,307 @@
+"""Dedup at scale: signatures and LSH band keys written per shard to disk, candidate pairs from sorted band files.
+
+The in-memory engine (``curate.pipeline.dedup_stage`` with ``engine="memory"``) holds a MinHash signature and a
+dozen values per row: 1.6 GB at a million rows, sixteen at ten million. This engine holds one input shard's worth
+at a time, plus the rows that have a duplicate; it decides every row exactly as the in-memory engine does (the same
+pairs, judged by the same ``judge_near``, clustered by the same ``clusters``). Its stages, the design of
+datatrove's MinHash pipeline (signatures, buckets, cluster, filter):
+
+1. **Per shard, in parallel processes** (``shard_work``): the features every later step reads
+   (``feat_NNNNN.parquet``: content id, gold, source, year, numbers, drawing, statement key), the signature
+   (``sig_NNNNN.npy``, ``num_perm`` uint32 a row), and for each band the band key (its ``rows`` hashes, 16
+   bytes) with the row, its content id hash, its numbers' hash and count, sorted by key (``bands_NNNNN.npy``);
+   the content id hashes sorted (``exact_NNNNN.npy``). Each file is written to a temporary name and renamed, so a
+   killed run restarts from the shards already done.
+2. **Per band and key range** (``band_pairs``): the slices of that key range from every shard's sorted band file,
+   merged by one sort; each row whose key equals an earlier row's is paired with the first row of the key (the
+   in-memory rule). The band entries carry what rejects most collisions without a signature: the same content id
+   (an exact pair, found in step 3), or other numbers in as many of them. The key ranges split each band so
+   that one range holds at most ``PART_ENTRIES`` entries whatever the number of rows.
+3. **Exact pairs** from the content id files the same way, each row paired with the first row of its id.
+4. **The surviving band pairs are judged** on their whole signatures, read back shard by shard for the rows
+   involved only (``judge``).
+
+The caller then compares golds, clusters the rows that have a pair (union-find over them only) and streams the
+shards again to write them out.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from curate.clean.dedup import DedupConfig, hash_strings, judge_near, minhash, number_strings
+from curate.clean.text import asy_keys, canonical, sequence_keys, tokens
+
+ENTRY = np.dtype([("hi", "<u8"), ("lo", "<u8"), ("row", "<i8"), ("idh", "<u8"), ("numh", "<u8"), ("cnt", "<i4")])
+EXACT = np.dtype([("idh", "<u8"), ("row", "<i8")])
+WORK = "work"  # the step-1 files, inside the stage's output folder until the stage is done
+PART_ENTRIES = 4_000_000  # band entries merged at once (44 bytes each: ~180 MB with the sort's copies)
+READ_COLUMNS = ["id", "source", "source_id", "answer", "problem", "year"]
+FEATURES = pa.schema([("id", pa.string()), ("source", pa.string()), ("source_id", pa.string()),
+                      ("gold", pa.string()), ("digits", pa.string()), ("rank", pa.int64()), ("idh", pa.uint64()),
+                      ("ans", pa.uint64()), ("year", pa.int64()), ("numh", pa.uint64()), ("draw", pa.uint64()),
+                      ("stmt", pa.uint64())])
+
+
+def features(t: pa.Table, cfg: DedupConfig, prio: dict[str, int]) -> tuple[pa.Table, np.ndarray | None]:
+    """What dedup reads of a batch of rows: the features table (``FEATURES``) and the MinHash signatures (or None
+    when near dedup is off). Both engines compute them here."""
+    canon = canonical(t["problem"])  # once a batch: numbers, tokens, keys and shingles read it
+    toks = tokens(t["problem"], canon)
+    nums = number_strings(t["problem"], canon)
+    asy = asy_keys(t["problem"])
+    gold = pc.fill_null(t["answer"], "")
+    feat = pa.table({
+        "id": t["id"], "source": t["source"], "source_id": t["source_id"], "gold": gold, "digits": nums,
+        "rank": pa.array([prio.get(s, len(prio)) for s in t["source"].to_pylist()], pa.int64()),
+        "idh": hash_strings(t["id"]),
+        "ans": hash_strings(pc.replace_substring_regex(gold, r"\s+", "")),
+        "year": pc.fill_null(t["year"], -1).cast(pa.int64()),
+        "numh": hash_strings(nums),
+        "draw": np.where(pc.equal(asy, "").to_numpy(zero_copy_only=False), np.uint64(0), hash_strings(asy)),
+        "stmt": hash_strings(pa.array(sequence_keys(t["problem"], toks), pa.string())),
+    }, schema=FEATURES)
+    return feat, (minhash(t["problem"], cfg, toks) if cfg.near else None)
+
+
+def _counts(digits: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    return pc.count_substring_regex(digits, "[0-9]+").to_numpy(zero_copy_only=False).astype(np.int32)
+
+
+def _save(path: Path, arr: np.ndarray) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        np.save(f, arr)
+    os.replace(tmp, path)
+
+
+@dataclass(frozen=True)
+class ShardJob:
+    index: int
+    path: str
+    offset: int  # global row number of the shard's first row
+    work: str
+    cfg: DedupConfig
+    prio: tuple[tuple[str, int], ...]
+
+
+def shard_work(job: ShardJob) -> int:
+    """Step 1 for one input shard (see the module); returns its rows. Skips a shard whose files are all there."""
+    work, i, cfg = Path(job.work), job.index, job.cfg
+    done = work / f"done_{i:05d}.json"
+    if done.exists():
+        return int(json.loads(done.read_text())["rows"])
+    prio = dict(job.prio)
+    feats, sigs = [], []
+    for rb in pq.ParquetFile(job.path).iter_batches(batch_size=65_536, columns=READ_COLUMNS):
+        feat, sig = features(pa.Table.from_batches([rb]), cfg, prio)
+        feats.append(feat)
+        if sig is not None:
+            sigs.append(sig)
+    feat = pa.concat_tables(feats) if feats else FEATURES.empty_table()
+    m = feat.num_rows
+    rows = np.arange(job.offset, job.offset + m, dtype=np.int64)
+    idh = feat["idh"].to_numpy()
+    tmp = work / f"feat_{i:05d}.parquet.tmp"
+    pq.write_table(feat, tmp, compression="zstd")
+    os.replace(tmp, work / f"feat_{i:05d}.parquet")
+    exact = np.empty(m, EXACT)
+    exact["idh"], exact["row"] = idh, rows
+    exact.sort(order=["idh", "row"])
+    _save(work / f"exact_{i:05d}.npy", exact)
+    if cfg.near:
+        sig = np.concatenate(sigs) if sigs else np.zeros((0, cfg.num_perm), np.uint32)
+        _save(work / f"sig_{i:05d}.npy", sig)
+        bands = np.empty((cfg.bands, m), ENTRY)
+        numh, cnt = feat["numh"].to_numpy(), _counts(feat["digits"])
+        for b in range(cfg.bands):
+            e = bands[b]
+            keys = _band_keys(sig, b, cfg)
+            e["hi"], e["lo"], e["row"], e["idh"], e["numh"], e["cnt"] = keys[:, 0], keys[:, 1], rows, idh, numh, cnt
+            bands[b] = e[np.lexsort((e["row"], e["lo"], e["hi"]))]
+        _save(work / f"bands_{i:05d}.npy", bands)
+    done.write_text(json.dumps({"rows": m}))
+    return m
+
+
+def _band_keys(sig: np.ndarray, band: int, cfg: DedupConfig) -> np.ndarray:
+    """A band's ``rows`` uint32 hashes as two uint64 words per row (equal words: equal band)."""
+    chunk = np.zeros((len(sig), 4), np.uint32)  # padded to 16 bytes: a band of up to 4 hashes
+    if cfg.rows > 4:
+        raise ValueError("the disk engine keys bands of at most 4 hashes")
+    chunk[:, : cfg.rows] = sig[:, band * cfg.rows : (band + 1) * cfg.rows]
+    return chunk.view(np.uint64)
+
+
+def parts_for(entries: int) -> int:
+    """Key ranges per band: a power of two, so that one range holds about ``PART_ENTRIES`` entries at most."""
+    p = 1
+    while entries / p > PART_ENTRIES:
+        p *= 2
+    return p
+
+
+def _ranges(keys: np.ndarray, parts: int) -> np.ndarray:
+    """Start of each key range in sorted ``keys`` (uint64, split on their top bits), and the end."""
+    if parts == 1:
+        return np.array([0, len(keys)], np.int64)
+    shift = 64 - int(parts).bit_length() + 1
+    bounds = np.arange(parts + 1, dtype=object) << shift
+    cuts = [np.searchsorted(keys, np.uint64(int(x)), "left") if x < 2**64 else len(keys) for x in bounds]
+    return np.array(cuts, np.int64)
+
+
+def _groups(sorted_keys: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """For rows sorted by keys (then row): which are not the first of their key, and the position of that first."""
+    n = len(sorted_keys[0])
+    new = np.zeros(n, bool)
+    if n:
+        new[0] = True
+        for k in sorted_keys:
+            new[1:] |= k[1:] != k[:-1]
+    start = np.maximum.accumulate(np.where(new, np.arange(n), 0))
+    later = np.flatnonzero(~new)
+    return later, start[later]
+
+
+class Work:
+    """The step-1 files of one dedup run and the steps that read them."""
+
+    def __init__(self, folder: Path, cfg: DedupConfig, rows: list[int]):
+        self.folder, self.cfg, self.rows = folder, cfg, rows
+        self.offsets = np.r_[0, np.cumsum(rows)].astype(np.int64)
+        self.n = int(self.offsets[-1])
+        self.parts = parts_for(self.n)
+
+    def _shard_of(self, rows: np.ndarray) -> np.ndarray:
+        return np.searchsorted(self.offsets, rows, "right") - 1
+
+    def exact_pairs(self) -> tuple[np.ndarray, np.ndarray]:
+        """Each row paired with the first row of its content id (rows without one: none)."""
+        us, vs = [], []
+        files = [np.load(self.folder / f"exact_{i:05d}.npy", mmap_mode="r") for i in range(len(self.rows))]
+        cuts = [_ranges(np.asarray(f["idh"]), self.parts) for f in files]
+        for p in range(self.parts):
+            seg = np.concatenate([np.asarray(f[c[p] : c[p + 1]]) for f, c in zip(files, cuts, strict=True)])
+            seg = seg[np.lexsort((seg["row"], seg["idh"]))]
+            later, first = _groups([seg["idh"]])
+            us.append(seg["row"][later])
+            vs.append(seg["row"][first])
+        return _cat(us), _cat(vs)
+
+    def band_pairs(self, band: int) -> tuple[np.ndarray, np.ndarray]:
+        """The band's collisions, each row with the first row of its key, that may be near pairs: another content
+        id, and (with ``require_same_numbers``) the same numbers or not as many of them (one may hold the other's)."""
+        us, vs = [], []
+        files = [np.load(self.folder / f"bands_{i:05d}.npy", mmap_mode="r")[band] for i in range(len(self.rows))]
+        cuts = [_ranges(np.asarray(f["hi"]), self.parts) for f in files]
+        for p in range(self.parts):
+            seg = np.concatenate([np.asarray(f[c[p] : c[p + 1]]) for f, c in zip(files, cuts, strict=True)])
+            seg = seg[np.lexsort((seg["row"], seg["lo"], seg["hi"]))]
+            later, first = _groups([seg["hi"], seg["lo"]])
+            a, b = seg[later], seg[first]
+            keep = a["idh"] != b["idh"]
+            if self.cfg.require_same_numbers:
+                keep &= (a["numh"] == b["numh"]) | (a["cnt"] != b["cnt"])
+            us.append(a["row"][keep])
+            vs.append(b["row"][keep])
+        return _cat(us), _cat(vs)
+
+    def columns(self, rows: np.ndarray, names: list[str]) -> dict[str, np.ndarray]:
+        """The feature columns ``names`` of ``rows`` (any order, repeats allowed), read shard by shard."""
+        uniq, inv = np.unique(rows, return_inverse=True)
+        out: dict[str, list] = {k: [] for k in names}
+        shard = self._shard_of(uniq)
+        for i in np.unique(shard).tolist():
+            local = uniq[shard == i] - self.offsets[i]
+            t = pq.read_table(self.folder / f"feat_{i:05d}.parquet", columns=names).take(pa.array(local))
+            for k in names:
+                out[k].append(t[k].to_numpy(zero_copy_only=False))
+        return {k: (np.concatenate(v) if v else np.zeros(0, object))[inv] for k, v in out.items()}
+
+    def signatures(self, rows: np.ndarray) -> np.ndarray:
+        """The signatures of sorted unique ``rows``, read shard by shard (only the pages that hold them)."""
+        out = np.empty((len(rows), self.cfg.num_perm), np.uint32)
+        shard = self._shard_of(rows)
+        for i in np.unique(shard).tolist():
+            sel = np.flatnonzero(shard == i)
+            mm = np.load(self.folder / f"sig_{i:05d}.npy", mmap_mode="r")
+            out[sel] = mm[rows[sel] - self.offsets[i]]
+            del mm
+        return out
+
+    def judge(self, u: np.ndarray, v: np.ndarray, chunk: int = 200_000) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Judge band pairs on whole signatures and features (``judge_near``): ``(ok, agree, strict)``."""
+        ok, agree, strict = np.zeros(len(u), bool), np.zeros(len(u)), np.zeros(len(u), bool)
+        for s in range(0, len(u), chunk):
+            cu, cv = u[s : s + chunk], v[s : s + chunk]
+            rows, inv = np.unique(np.r_[cu, cv], return_inverse=True)
+            sig = self.signatures(rows)
+            iu, iv = inv[: len(cu)], inv[len(cu) :]
+            ag = (sig[iu] == sig[iv]).mean(axis=1)
+            del sig
+            f = self.columns(rows, ["numh", "digits", "draw", "year"])
+            cnt = _counts(pa.array(f["digits"], pa.string()))
+            good, st = judge_near(ag, f["numh"][iu] == f["numh"][iv], self.cfg, cnt[iu] != cnt[iv],
+                                  (f["digits"][iu], f["digits"][iv]), (f["draw"][iu], f["draw"][iv]),
+                                  (f["year"][iu], f["year"][iv]))
+            ok[s : s + chunk], agree[s : s + chunk], strict[s : s + chunk] = good, ag, st
+        return ok, agree, strict
+
+
+def _cat(xs: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate(xs).astype(np.int64) if xs else np.zeros(0, np.int64)
+
+
+def build(shards: list[Path], work: Path, cfg: DedupConfig, prio: dict[str, int], workers: int) -> Work:
+    """Step 1 over every input shard (in ``workers`` processes when there are several shards)."""
+    workers = workers or len(os.sched_getaffinity(0))
+    work.mkdir(parents=True, exist_ok=True)
+    rows = [pq.ParquetFile(p).metadata.num_rows for p in shards]
+    offsets = np.r_[0, np.cumsum(rows)].astype(int).tolist()
+    jobs = [ShardJob(i, str(p), offsets[i], str(work), cfg, tuple(prio.items())) for i, p in enumerate(shards)]
+    if workers > 1 and len(jobs) > 1:
+        import multiprocessing as mp
+
+        with ProcessPoolExecutor(min(workers, len(jobs)), mp_context=mp.get_context("spawn")) as ex:
+            got = list(ex.map(shard_work, jobs))
+    else:
+        got = [shard_work(j) for j in jobs]
+    if got != rows:
+        raise RuntimeError(f"dedup: the shards changed while read ({got} rows, expected {rows})")
+    return Work(work, cfg, rows)
+
+
+def pairs(w: Work) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Every candidate pair ``(u, v, agree, strict)``, in the in-memory engine's order: exact pairs by row, then
+    each band's new near pairs by row."""
+    u, v = w.exact_pairs()
+    order = np.argsort(u, kind="stable")
+    us, vs, ag, st = [u[order]], [v[order]], [np.ones(len(u))], [np.ones(len(u), bool)]
+    if w.cfg.near:
+        bu, bv, band = [], [], []
+        for b in range(w.cfg.bands):
+            x, y = w.band_pairs(b)
+            o = np.argsort(x, kind="stable")
+            bu.append(x[o])
+            bv.append(y[o])
+            band.append(np.full(len(x), b, np.int32))
+        cu, cv = _cat(bu), _cat(bv)
+        _, first = np.unique(cu * max(w.n, 1) + cv, return_index=True)  # a pair of several bands: its first
+        first.sort()
+        cu, cv = cu[first], cv[first]
+        ok, agree, strict = w.judge(cu, cv)
+        us.append(cu[ok])
+        vs.append(cv[ok])
+        ag.append(agree[ok])
+        st.append(strict[ok])
+    return _cat(us), _cat(vs), np.concatenate(ag), np.concatenate(st)
