@@ -1,0 +1,150 @@
+"""The on-disk dedup engine decides every row as the in-memory one does: crafted near duplicates across shards and
+key ranges, the real files, and a killed run restarted."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from curate.clean import dedup_disk
+from curate.clean.dedup import DedupConfig, minhash
+from curate.core.shards import read_table
+from curate.pipeline import dedup_stage, ingest
+
+STORY = ("A farmer has {a} sheep and {b} goats in a {field} field next to the river. Every morning he counts the "
+         "animals, and every evening he moves half of the goats to the barn on the hill. How many animals are in the "
+         "field after the evening move if no animal is sold or born?")
+TRAIN = ("Two trains leave a station at noon, one heading east at {a} miles per hour and the other heading west at "
+         "{b} miles per hour along a straight track. After how many hours will the trains be exactly {c} miles apart "
+         "from each other?")
+
+# (shard, id, problem, answer); the expected fate of each row is in EXPECTED
+ROWS = [
+    (0, "s1", STORY.format(a=12, b=8, field="green"), "16"),
+    (0, "t1", TRAIN.format(a=40, b=60, c=300), "3"),
+    (0, "u1", "What is $7 + 5$?", "12"),
+    (1, "s2", STORY.format(a=12, b=8, field="large"), "16"),  # one word changed: a near duplicate of s1
+    (1, "s3", STORY.format(a=12, b=9, field="green"), "16.5"),  # one number changed: another problem
+    (1, "u2", "What is $7 + 5$?", "12"),  # an exact copy of u1
+    (2, "t2", TRAIN.format(a=40, b=60, c=300).replace("straight", "long"), "3"),  # a near duplicate of t1
+    (2, "u3", "What is $7+5$ ?", "12"),  # the same text up to spaces: an exact copy
+    (2, "v1", "Find the remainder when $2^{10}$ is divided by $7$.", "2"),
+    (3, "t3", TRAIN.format(a=40, b=60, c=300).replace("noon", "midday"), "3"),  # another near duplicate of t1
+    (3, "v2", "Find the remainder when $2^{10}$ is divided by $7$.", "4"),  # the same statement, another gold
+    (3, "w1", "Compute $\\gcd(76, 36)$.", "4"),
+]
+EXPECTED = {"s2": ("dedup_near", "s1"), "u2": ("dedup_exact", "u1"), "u3": ("dedup_exact", "u1"),
+            "t2": ("dedup_near", "t1"), "t3": ("dedup_near", "t1"), "v1": ("gold_conflict", None),
+            "v2": ("gold_conflict", None)}
+
+
+def _shards(tmp_path: Path) -> list[Path]:
+    """One ingested folder (one shard) per shard number of ROWS."""
+    dirs = []
+    for s in sorted({r[0] for r in ROWS}):
+        src = tmp_path / f"src{s}.jsonl"
+        src.write_text("".join(json.dumps({"id": i, "problem": p, "answer": a}) + "\n" for k, i, p, a in ROWS if k == s))
+        ingest(str(src), tmp_path / f"i{s}")
+        dirs.append(tmp_path / f"i{s}")
+    return dirs
+
+
+def _outcome(folder: Path) -> tuple[list[str], dict]:
+    m = json.loads((folder / "manifest.json").read_text())
+    fates = {}
+    for r in read_table(folder / "rejected").to_pylist():
+        fates[r["source_id"].split(":")[-1]] = (r["reject_reason"], r["dedup_cluster"])
+    return [s["sha256"] for s in m["kept_shards"] + m["rejected_shards"]], fates
+
+
+def test_crafted_near_duplicates_across_shards_and_key_ranges(tmp_path, monkeypatch):
+    # the near pairs are above the threshold, the one-number variant shares the words: MinHash as the stage sees it
+    sig = minhash(pa.array([r[2] for r in ROWS]), DedupConfig())
+    agree = lambda a, b: (sig[a] == sig[b]).mean()  # noqa: E731
+    assert agree(0, 3) >= 0.8 and agree(1, 6) >= 0.8 and agree(1, 9) >= 0.8 and agree(0, 4) >= 0.8
+    dirs = _shards(tmp_path)
+    dedup_stage(dirs, tmp_path / "mem", DedupConfig(engine="memory"))
+    dedup_stage(dirs, tmp_path / "disk", DedupConfig(engine="disk", workers=1))
+    monkeypatch.setattr(dedup_disk, "PART_ENTRIES", 3)  # 12 rows: every band split into 4 key ranges
+    dedup_stage(dirs, tmp_path / "ranges", DedupConfig(engine="disk", workers=1))
+    mem, fates = _outcome(tmp_path / "mem")
+    ids = {i: None for _, i, _, _ in ROWS}
+    kept_ids = {r["source_id"].split(":")[-1]: r["dedup_cluster"] for r in read_table(tmp_path / "mem" / "kept").to_pylist()}
+    assert set(kept_ids) == set(ids) - set(EXPECTED)
+    for i, (reason, rep) in EXPECTED.items():
+        assert fates[i][0] == reason, i
+        if rep:  # the duplicate names the content id of the row it was merged into
+            assert fates[i][1] == kept_ids[rep], i
+    assert _outcome(tmp_path / "disk") == (mem, fates)
+    assert _outcome(tmp_path / "ranges") == (mem, fates)
+    m = json.loads((tmp_path / "ranges" / "manifest.json").read_text())
+    assert m["stats"]["dedup_work"] == {"shards": 4, "key_ranges_per_band": 4}
+    assert not (tmp_path / "ranges" / "work").exists()  # the scratch files go once the stage is done
+
+
+def test_parts_for_bounds_each_key_range():
+    assert dedup_disk.parts_for(10) == 1
+    assert dedup_disk.parts_for(dedup_disk.PART_ENTRIES) == 1
+    assert dedup_disk.parts_for(dedup_disk.PART_ENTRIES + 1) == 2
+    assert dedup_disk.parts_for(10 * dedup_disk.PART_ENTRIES) == 16  # 10M rows: 16 ranges of 625k entries
+    keys = np.sort(np.array([0, 2**62, 2**63 - 1, 2**63, 2**64 - 1], np.uint64))
+    assert dedup_disk._ranges(keys, 2).tolist() == [0, 3, 5]  # split on the top bit
+    assert dedup_disk._ranges(keys, 4).tolist() == [0, 1, 3, 4, 5]
+
+
+@pytest.mark.parametrize("where", ["signatures", "judge"])
+def test_a_killed_dedup_restarts_from_its_shards_and_writes_the_same(tmp_path, monkeypatch, where):
+    dirs = _shards(tmp_path)
+    dedup_stage(dirs, tmp_path / "whole", DedupConfig(workers=1))
+    computed: list[int] = []
+    real_work = dedup_disk.shard_work
+
+    def spy(job):
+        if not (Path(job.work) / f"done_{job.index:05d}.json").exists():
+            computed.append(job.index)
+            if where == "signatures" and job.index == 2 and computed.count(2) == 1:
+                raise KeyboardInterrupt  # killed while the third shard's files are written
+        return real_work(job)
+
+    monkeypatch.setattr(dedup_disk, "shard_work", spy)
+    if where == "judge":
+        monkeypatch.setattr(dedup_disk.Work, "judge", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt()))
+    with pytest.raises(KeyboardInterrupt):
+        dedup_stage(dirs, tmp_path / "killed", DedupConfig(workers=1))
+    assert (tmp_path / "killed" / "work").is_dir() and not (tmp_path / "killed" / "manifest.json").exists()
+    monkeypatch.undo()
+    monkeypatch.setattr(dedup_disk, "shard_work", spy)
+    before = list(computed)
+    dedup_stage(dirs, tmp_path / "killed", DedupConfig(workers=1))
+    if where == "signatures":
+        assert before == [0, 1, 2] and computed[3:] == [2, 3]  # shards 0 and 1 were not computed again
+    else:
+        assert before == [0, 1, 2, 3] and computed[4:] == []  # every shard's files were reused
+    assert _outcome(tmp_path / "killed") == _outcome(tmp_path / "whole")
+
+
+@pytest.mark.realdata
+def test_disk_engine_gives_the_in_memory_clusters_on_the_real_files(real_data, tmp_path):
+    """MATH test, DeepScaleR's MATH train and AIME, the Kaggle AIME file and its AIMO-2 variant, one shard each:
+    exact and near duplicates, rewordings and gold conflicts across files. Both engines write the same shards and
+    report the same clusters; the disk engine computes the shards' signatures in two processes."""
+    files = ["math_hendrycks/test/test.jsonl", "deepscaler/train/math.json", "deepscaler/train/aime.json",
+             "aime_1983_2024/AIME_Dataset_1983_2024.kaggle_original.csv",
+             "aime_1983_2024/AIME_1983_2025_grpo_aimo2_variant.csv"]
+    dirs = []
+    for i, rel in enumerate(files):
+        ingest(str(real_data / rel), tmp_path / f"i{i}")
+        dirs.append(tmp_path / f"i{i}")
+    mem = dedup_stage(dirs, tmp_path / "mem", DedupConfig(engine="memory"))
+    disk = dedup_stage(dirs, tmp_path / "disk", DedupConfig(engine="disk", workers=2))
+    assert mem.stats["dedup"] == disk.stats["dedup"]
+    d = disk.stats["dedup"]
+    assert d["exact_duplicates"] > 500 and d["near_duplicates"] > 100 and d["gold_conflict_clusters"] >= 1
+    assert mem.stats["gold_conflicts"] == disk.stats["gold_conflicts"]
+    assert [s["sha256"] for s in mem.kept_shards + mem.rejected_shards] == \
+        [s["sha256"] for s in disk.kept_shards + disk.rejected_shards]
+    assert mem.config_hash == disk.config_hash  # the engine is not part of the stage's identity
