@@ -3,12 +3,14 @@
     python benchmarks/curate.py                 # real files (../shared/data) + 1M synthetic rows
     python benchmarks/curate.py --rows 200000   # a smaller synthetic input
     python benchmarks/curate.py --real-only
+    python benchmarks/curate.py --rows 10000000 --stages ingest,filter_no_gate,decontam,dedup
 
 For every stage the floor is measured in the same run: read the stage's input shards with pyarrow and
 write the same rows, same schema, zstd, to a new file (no Python per row). "x floor" is the stage's
 wall time divided by that floor's; the target for the CPU stages is <= 5x (the math-verify gold gate
 is reported apart: it parses answers in worker processes). Each stage runs in its own process so
-"peak MB" (max RSS) is that stage's own peak.
+"peak MB" (max RSS) is that stage's own peak; "worker MB" is the largest of its worker processes (dedup's
+disk engine computes signatures in one process per core).
 """
 
 from __future__ import annotations
@@ -52,13 +54,17 @@ def run_one(stage: str, src: str, out: str) -> dict:
         bench = tuple(b for b in ("aime24", "math500", "amc23") if (REAL / "math500").exists())
         m = decontam_stage([Path(src)], Path(out), DecontamConfig(benchmarks=bench or ("demo=" + str(
             ROOT / "curate/data/demo_benchmark.jsonl"),)), force=True)
-    elif stage == "dedup":
-        m = dedup_stage([Path(src)], Path(out), force=True)
+    elif stage.startswith("dedup"):
+        from curate.clean.dedup import DedupConfig
+
+        m = dedup_stage([Path(src)], Path(out), DedupConfig(engine="memory" if stage == "dedup_memory" else "disk"),
+                        force=True)
     else:
         raise ValueError(stage)
     secs = time.perf_counter() - t0
     return {"seconds": secs, "rows_in": m.rows_in, "timings": m.stats.get("timings", {}),
-            "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+            "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "worker_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}
 
 
 def floor(src_dir: Path, work: Path) -> dict:
@@ -92,36 +98,50 @@ def child(stage: str, src: str, out: str) -> dict:
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-def bench_chain(label: str, source: str, work: Path) -> list[dict]:
+STAGES = ("ingest", "filter_no_gate", "filter", "decontam", "dedup_memory", "dedup")
+
+
+def bench_chain(label: str, source: str, work: Path, stages: tuple[str, ...] = STAGES) -> list[dict]:
     rows = []
     ing = work / "ingest"
     r = child("ingest", source, str(ing))
     rows.append({"input": label, "stage": "ingest", **r, "floor_s": None})
+    gate = "filter" in stages
+    flt = work / ("filter" if gate else "filter_ng")
     chain = [  # (stage, input folder, output folder)
         ("filter_no_gate", ing, work / "filter_ng"),
         ("filter", ing, work / "filter"),
-        ("decontam", work / "filter", work / "decontam"),
+        ("decontam", flt, work / "decontam"),
+        ("dedup_memory", work / "decontam", work / "dedup_memory"),
         ("dedup", work / "decontam", work / "dedup"),
     ]
     for stage, src, out in chain:
+        if stage not in stages and not (stage == "filter_no_gate" and not gate):
+            continue
         fl = floor(src / "kept", work)
         r = child(stage, str(src), str(out))
         rows.append({"input": label, "stage": stage, **r, "floor_s": fl["seconds"]})
+        print(f"{label} {stage}: {r['seconds']:.1f}s (floor {fl['seconds']:.2f}s), peak {r['peak_mb']:.0f} MB, "
+              f"workers {r['worker_mb']:.0f} MB", flush=True)
     # ingest's floor: read+write of what it produced (the record rows), the cheapest possible re-encode
     rows[0]["floor_s"] = floor(ing / "kept", work)["seconds"]
     return rows
 
 
-def make_synthetic(n: int, path: Path) -> None:
-    """n rows of the synthetic generator plus the hand-written items, as a Parquet source file."""
+CHUNK = 1_000_000
+
+
+def make_chunk(args: tuple[int, int, str]) -> None:
+    """``n`` rows of the synthetic generator with ``seed``, as one Parquet file."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     from curate.sources.synthetic import generate
 
+    n, seed, path = args
     cols: dict[str, list] = {k: [] for k in ("id", "problem", "answer", "subject", "level", "difficulty", "question_type")}
     writer = None
-    for i, row in enumerate(generate(n, seed=7), 1):
+    for i, row in enumerate(generate(n, seed=seed), 1):
         for k in cols:
             cols[k].append(row[k])
         if i % 200_000 == 0 or i == n:
@@ -129,39 +149,65 @@ def make_synthetic(n: int, path: Path) -> None:
             writer = writer or pq.ParquetWriter(path, t.schema, compression="zstd")
             writer.write_table(t)
             cols = {k: [] for k in cols}
-    writer.close()
+    if writer:
+        writer.close()
+
+
+def make_synthetic(n: int, path: Path) -> None:
+    """n rows of the synthetic generator, as one Parquet source file: a million rows per seed (7, 8, ...; the first
+    million are the same at every size), generated in one process per core."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    import pyarrow.parquet as pq
+
+    jobs = [(min(CHUNK, n - s), 7 + k, str(path) + f".{k}") for k, s in enumerate(range(0, n, CHUNK))]
+    with ProcessPoolExecutor(min(len(jobs), len(os.sched_getaffinity(0)))) as ex:
+        list(ex.map(make_chunk, jobs))
+    writer = None
+    for _, _, part in jobs:
+        f = pq.ParquetFile(part)
+        for i in range(f.num_row_groups):
+            t = f.read_row_group(i)
+            writer = writer or pq.ParquetWriter(path, t.schema, compression="zstd")
+            writer.write_table(t)
+        Path(part).unlink()
+    if writer:
+        writer.close()
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--real-only", action="store_true")
+    ap.add_argument("--stages", default=",".join(STAGES), help="stages to time after ingest (comma-separated)")
     ap.add_argument("--one", nargs=3, metavar=("STAGE", "SRC", "OUT"), help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.one:
         print(json.dumps(run_one(*a.one)))
         return
+    stages = tuple(x for x in a.stages.split(",") if x)
     results = []
     work_root = Path(tempfile.mkdtemp(prefix="gradus-bench-"))
     try:
         if REAL.is_dir():
             for rel in REAL_FILES:
                 w = work_root / rel.replace("/", "_")
-                results += bench_chain(rel.split("/")[0], str(REAL / rel), w)
+                results += bench_chain(rel.split("/")[0], str(REAL / rel), w, stages)
         if not a.real_only:
             src = work_root / "synthetic.parquet"
             t0 = time.perf_counter()
             make_synthetic(a.rows, src)
             print(f"generated {a.rows} synthetic rows in {time.perf_counter() - t0:.1f}s", flush=True)
-            results += bench_chain(f"synthetic {a.rows // 1000}k", str(src), work_root / "syn")
+            results += bench_chain(f"synthetic {a.rows // 1000}k", str(src), work_root / "syn", stages)
     finally:
         shutil.rmtree(work_root, ignore_errors=True)
-    print("\n| input | stage | rows in | seconds | rows/s | floor rows/s | x floor | peak MB |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    print("\n| input | stage | rows in | seconds | rows/s | floor rows/s | x floor | peak MB | worker MB |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for r in results:
         fl = r["floor_s"] or float("nan")
         print(f"| {r['input']} | {r['stage']} | {r['rows_in']} | {r['seconds']:.2f} | {r['rows_in'] / r['seconds']:,.0f} | "
-              f"{r['rows_in'] / fl:,.0f} | {r['seconds'] / fl:.1f} | {r['peak_mb']:.0f} |")
+              f"{r['rows_in'] / fl:,.0f} | {r['seconds'] / fl:.1f} | {r['peak_mb']:.0f} | "
+              f"{r['worker_mb']:.0f} |", flush=True)
 
 
 if __name__ == "__main__":

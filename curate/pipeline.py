@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+from collections import deque
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -21,14 +22,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from curate.clean import dedup_disk
-from curate.clean.decontam import BenchmarkIndex, DecontamConfig, resolve_benchmark
-from curate.clean.dedup import DedupConfig, candidate_pairs, clusters, conflict_pairs, loose_ok
+from curate.clean.decontam import BenchmarkIndex, DecontamConfig, init_matcher, match_batch, resolve_benchmark
+from curate.clean.dedup import DedupConfig, candidate_pairs, clusters, conflict_pairs, hash_strings, loose_ok
 from curate.clean.dedup_disk import FEATURES, READ_COLUMNS, WORK, features
 from curate.clean.filters import FilterConfig, apply_filters
 from curate.clean.text import content_ids, repair_escapes
 from curate.core.config import ConfigError, check_keys, from_dict, load_file
 from curate.core.errors import SourceError
 from curate.core.manifest import Manifest
+from curate.core.parallel import PARALLEL_MIN_ROWS, ordered_map, workers_for
 from curate.core.runner import StageError, StageRun, file_fingerprint, input_entries, reject_table, run_stage
 from curate.core.schema import SCHEMA, conform
 from curate.core.shards import count_rows, iter_batches, shard_paths, stage_dir, write_json_atomic
@@ -91,6 +93,36 @@ def _records(cols: dict, n: int, source: str, origin: str) -> tuple[pa.Table, li
     return conform({k: v for k, v in cols.items() if k in SCHEMA.names}, n), reject, detail, n_repaired
 
 
+def _adapt_batch(job: tuple) -> tuple:
+    """One raw batch through its adapter into record rows (in a worker process for large sources)."""
+    which, raw, prefix, source_name, spec = job
+    chosen = ADAPTERS[which] if which in ADAPTERS else mapped_adapter(parse_mapping(which))
+    cols = apply_adapter(chosen, raw, prefix)
+    boxes = cols.get("_boxes")
+    table, reject, detail, n_repaired = _records(cols, raw.num_rows, source_name or chosen.name, spec)
+    return table, reject, detail, n_repaired, boxes
+
+
+def _ingest_workers(spec: str, fmt: str) -> int:
+    """Worker processes for a source: the usable cores when it holds 200k rows or more (a Parquet file's
+    metadata, a synthetic spec's ``n``; other files from their size, 64 MB or more), else this process."""
+    try:
+        if fmt == "synthetic":
+            from curate.sources.synthetic import parse_spec
+
+            return workers_for(int(parse_spec(spec)["n"]))
+        p = Path(spec)
+        if not p.is_file():
+            return 1
+        if fmt == "parquet":
+            import pyarrow.parquet as pq
+
+            return workers_for(pq.ParquetFile(p).metadata.num_rows)
+        return workers_for(PARALLEL_MIN_ROWS if p.stat().st_size >= 64 << 20 else 0)
+    except Exception:  # noqa: BLE001 - a guess at the size: the reader reports what is wrong with the source
+        return 1
+
+
 def ingest(
     spec: str,
     out: Path,
@@ -129,28 +161,33 @@ def ingest(
 
     def _ingest_batches(run: StageRun, batches, pool) -> None:
         chosen = None
-        for raw in batches:
-            if chosen is None:
-                chosen = mapped or (ADAPTERS[adapter] if adapter else None)
+        prefix = row_id_prefix(spec) if fmt != "synthetic" else None
+
+        def jobs():
+            nonlocal chosen
+            for raw in batches:
                 if chosen is None:
-                    chosen = ADAPTERS["synthetic"] if fmt == "synthetic" else detect_adapter(raw)
-                run.extra["adapter"] = chosen.name
-            with run.timed("adapt"):
-                cols = apply_adapter(chosen, raw, row_id_prefix(spec) if fmt != "synthetic" else None)
-                boxes = cols.get("_boxes")
-                n = raw.num_rows
-                table, reject, detail, n_repaired = _records(cols, n, source_name or chosen.name, spec)
+                    chosen = mapped or (ADAPTERS[adapter] if adapter else None)
+                    if chosen is None:
+                        chosen = ADAPTERS["synthetic"] if fmt == "synthetic" else detect_adapter(raw)
+                    run.extra["adapter"] = chosen.name
+                yield (mapping if mapped else chosen.name, raw, prefix, source_name, spec)
+
+        workers = _ingest_workers(spec, fmt)
+        run.extra["workers"] = workers
+        with run.timed("adapt"):
+            for table, reject, detail, n_repaired, boxes in ordered_map(_adapt_batch, jobs(), workers):
                 run.extra["repaired_latex_escapes"] = run.extra.get("repaired_latex_escapes", 0) + n_repaired
-            if boxes and any(boxes):
-                with run.timed("boxes"):
-                    n_amb = _ambiguous_boxes(boxes, reject, detail, pool)
-                run.extra["answer_ambiguous"] = run.extra.get("answer_ambiguous", 0) + n_amb
-            bad = pa.array([r is not None for r in reject])
-            kept = table.filter(pc.invert(bad))
-            rej = table.filter(bad)
-            rej_reasons = [r for r in reject if r is not None]
-            rej_detail = [d for r, d in zip(reject, detail, strict=False) if r is not None]
-            run.emit(kept, reject_table(rej, "ingest", rej_reasons, rej_detail) if rej.num_rows else None)
+                if boxes and any(boxes):
+                    with run.timed("boxes"):
+                        n_amb = _ambiguous_boxes(boxes, reject, detail, pool)
+                    run.extra["answer_ambiguous"] = run.extra.get("answer_ambiguous", 0) + n_amb
+                bad = pa.array([r is not None for r in reject])
+                kept = table.filter(pc.invert(bad))
+                rej = table.filter(bad)
+                rej_reasons = [r for r in reject if r is not None]
+                rej_detail = [d for r, d in zip(reject, detail, strict=False) if r is not None]
+                run.emit(kept, reject_table(rej, "ingest", rej_reasons, rej_detail) if rej.num_rows else None)
 
     return run_stage("ingest", out, inputs, config, body, force=force,
                      input_folders=[local] if local.exists() else [])
@@ -220,10 +257,21 @@ def decontam_stage(inputs: list[Path], out: Path, cfg: DecontamConfig, force: bo
             index = BenchmarkIndex.build(tuple(f"{n}={p}" for n, p in resolved), cfg.ngram)
         run.extra["benchmark_items"] = {n: index.names.count(n) for n, _ in resolved}
         by_bench: dict[str, int] = {}
-        for d in _kept_dirs(inputs):
-            for t in iter_batches(d):
-                with run.timed("match"):
-                    bench, bid, kind = index.match(t["problem"], cfg)
+        dirs = _kept_dirs(inputs)
+        workers = workers_for(sum(count_rows(d) for d in dirs), cfg.workers)
+        run.extra["workers"] = workers
+        read: deque = deque()  # the batches sent and not yet written, in order
+
+        def problems():
+            for d in dirs:
+                for t in iter_batches(d):
+                    read.append(t)
+                    yield t["problem"]
+
+        with run.timed("match"):
+            matches = ordered_map(match_batch, problems(), workers, init_matcher, (index, cfg))
+            for bench, bid, kind in matches:
+                t = read.popleft()
                 hit = pa.array([k is not None for k in kind])
                 t = t.set_column(t.schema.get_field_index("contam_benchmark"), "contam_benchmark", pa.array(bench, pa.string()))
                 t = t.set_column(t.schema.get_field_index("contam_id"), "contam_id", pa.array(bid, pa.string()))
@@ -235,7 +283,8 @@ def decontam_stage(inputs: list[Path], out: Path, cfg: DecontamConfig, force: bo
                 run.emit(t.filter(pc.invert(hit)), reject_table(rej, "decontam", reasons, details) if rej.num_rows else None)
         run.extra["contaminated_by_benchmark"] = by_bench
 
-    return run_stage("decontam", out, ins, asdict(cfg), body, force=force, input_folders=inputs)
+    config = {k: v for k, v in asdict(cfg).items() if k != "workers"}  # processes change nothing in the output
+    return run_stage("decontam", out, ins, config, body, force=force, input_folders=inputs)
 
 
 # ----------------------------------------------------------------------------------------------- dedup
@@ -248,6 +297,11 @@ class _MemoryRows:
     def columns(self, rows: np.ndarray, names: list[str]) -> dict[str, np.ndarray]:
         t = self.feat.select(names).take(pa.array(rows, pa.int64()))
         return {k: t[k].to_numpy(zero_copy_only=False) for k in names}
+
+    def rows_of_ids(self, comp_of: dict[int, int]) -> dict[int, int]:
+        idh = self.feat["idh"].to_numpy()
+        hit = np.flatnonzero(np.isin(idh, np.array(list(comp_of), np.uint64)))
+        return {int(r): comp_of[int(idh[r])] for r in hit}
 
 
 def _memory_pairs(dirs: list[Path], cfg: DedupConfig, prio: dict[str, int]):
@@ -270,16 +324,17 @@ def dedup_stage(inputs: list[Path], out: Path, cfg: DedupConfig | None = None, f
     """Exact + near dedup across all input shards; one representative per cluster by source priority; clusters
     whose golds disagree are reported as ``gold_conflict`` (and keep no row by default).
 
-    ``cfg.engine``: ``disk`` (default) holds one shard at a time and the rows that have a pair
+    ``cfg.engine``: ``disk`` (default) holds one shard at a time and the texts that have a duplicate
     (``curate.clean.dedup_disk``); ``memory`` holds every row's signature. Both decide every row alike, so the
     engine (and ``workers``) are not part of the stage's identity."""
     cfg = cfg or DedupConfig()
-    from curate.difficulty.grading import GRADER_VERSION, GradingPool
+    from curate.difficulty.grading import GradingPool
 
     def body(run: StageRun) -> None:
         dirs = _kept_dirs(inputs)
         prio = {s: i for i, s in enumerate(cfg.source_priority)}
         work = out / WORK
+        groups, mixed = np.zeros(0, dedup_disk.GROUP), None  # the memory engine pairs every row itself
         with run.timed("signatures"):
             if cfg.engine == "memory":
                 (u, v, agree, strict), rows = _memory_pairs(dirs, cfg, prio)
@@ -287,11 +342,12 @@ def dedup_stage(inputs: list[Path], out: Path, cfg: DedupConfig | None = None, f
                 w = dedup_disk.build([p for d in dirs for p in shard_paths(d)], work, cfg, prio, cfg.workers)
         if cfg.engine != "memory":
             with run.timed("pairs"):
-                u, v, agree, strict = dedup_disk.pairs(w)
+                u, v, agree, strict, groups, mixed = dedup_disk.pairs(w)
             rows = w
-            run.extra["dedup_work"] = {"shards": len(w.rows), "key_ranges_per_band": w.parts}
+            run.extra["dedup_work"] = {"shards": len(w.rows), "key_ranges_per_band": w.parts,
+                                       "id_groups": int(len(groups)), "id_groups_paired_by_row": int(len(mixed))}
         n = rows.n
-        nodes = np.unique(np.r_[u, v])  # the rows that have a pair: every later step holds these only
+        nodes = np.unique(np.r_[u, v])  # the rows that have a pair (a group's first row stands for the group)
         cu, cv = np.searchsorted(nodes, u), np.searchsorted(nodes, v)
         f = rows.columns(nodes, ["idh", "stmt", "ans", "year", "rank"])
         with run.timed("pairs"):
@@ -314,44 +370,47 @@ def dedup_stage(inputs: list[Path], out: Path, cfg: DedupConfig | None = None, f
                 run.extra["gold_compare"] = {"pairs": int(len(todo)), "same": int(sum(x is True for x in verdict)),
                                              "undecided": int(sum(x is None for x in verdict))}
         with run.timed("clusters"):
-            rep_c, kind = clusters(len(nodes), cu, cv, strict, loose, same, differ, same_statement, f["idh"],
-                                   f["rank"], cfg)
-            rep = nodes[rep_c]
-        conflicts = _conflict_clusters(rep_c, cu, cv, differ, same_statement, nodes, rows, cfg)
-        run.extra["dedup"] = {
-            "clusters_with_duplicates": int(len(np.unique(rep[(kind == 1) | (kind == 2)]))),
-            "exact_duplicates": int((kind == 1).sum()),
-            "near_duplicates": int((kind == 2).sum()),
-            "gold_conflict_rows": int(sum(len(c["rows"]) for c in conflicts)),
-            "gold_conflict_clusters": len(conflicts),
-        }
-        run.extra["gold_conflicts"] = conflicts[:500]
+            idh = f["idh"]
+            grouped = np.zeros(len(nodes), bool) if mixed is None else ~np.isin(idh, mixed)  # stands for its id
+            ranks, best = f["rank"].copy(), nodes.copy()
+            at = np.searchsorted(groups["idh"], idh)
+            has = grouped & (at < len(groups))
+            has[has] = groups["idh"][at[has]] == idh[has]
+            ranks[has], best[has] = groups["rank"][at[has]], groups["best"][at[has]]
+            rep_c, kind = clusters(len(nodes), cu, cv, strict, loose, same, differ, same_statement, idh, ranks, cfg,
+                                   tiebreak=best)
+            decided = _Decided(nodes, grouped, best[rep_c], idh[rep_c], kind == 3, idh, groups)
+        conflicts = _conflict_clusters(rep_c, cu, cv, differ, same_statement, nodes, best, grouped, rows, cfg)
         detail_of = {}
         for c in conflicts:
             text = (f"kept {c['kept']}; " if c["kept"] else "") + "answers: " + " | ".join(
                 f"{r['answer']} ({r['source']} {r['source_id']})" for r in c["rows"])
             for r in c["rows"]:
                 detail_of[r["row"]] = text[:500]
-        # the content ids of the rows that represent others (a row's own id otherwise)
-        other = rep != nodes
-        rep_rows = np.unique(rep[other])
+        # the content ids of the rows kept for rows with another id (a row's own id otherwise)
+        rep_rows = decided.foreign_reps()
         rep_ids = rows.columns(rep_rows, ["id"])["id"]
         del rows
         start = 0
+        counts = {1: 0, 2: 0}
+        reps: list[np.ndarray] = []
         reason_of = {1: "dedup_exact", 2: "dedup_near", 3: "gold_conflict"}
         for d in dirs:
             for t in iter_batches(d):
                 m = t.num_rows
-                a, b = np.searchsorted(nodes, [start, start + m])
-                local = nodes[a:b] - start
-                k = np.zeros(m, np.int8)
-                k[local] = kind[a:b]
+                rep, k = decided.rows(start, m, hash_strings(t["id"]))
                 cluster = t["id"].to_numpy(zero_copy_only=False).astype(object)
-                moved = other[a:b]
-                cluster[local[moved]] = rep_ids[np.searchsorted(rep_rows, rep[a:b][moved])]
+                other = (k >= 2) & (rep != np.arange(start, start + m))
+                if other.any():
+                    pos = np.searchsorted(rep_rows, rep[other])
+                    known = (pos < len(rep_rows)) & (rep_rows[np.minimum(pos, len(rep_rows) - 1)] == rep[other])
+                    cluster[np.flatnonzero(other)[known]] = rep_ids[pos[known]]  # same id: the row's own
                 t = t.set_column(t.schema.get_field_index("dedup_cluster"), "dedup_cluster",
                                  pa.array(cluster, pa.string()))
                 dup = k > 0
+                for x in (1, 2):
+                    counts[x] += int((k == x).sum())
+                reps.append(np.unique(rep[(k == 1) | (k == 2)]))
                 rej = t.filter(pa.array(dup))
                 reasons = [reason_of[int(x)] for x in k[dup]]
                 details = [detail_of.get(int(j) + start, f"kept {cluster[j]}") for j in np.flatnonzero(dup)]
@@ -359,18 +418,86 @@ def dedup_stage(inputs: list[Path], out: Path, cfg: DedupConfig | None = None, f
                 run.emit(t.filter(pa.array(~dup)), reject_table(rej, "dedup", reasons, details) if rej.num_rows else None)
         if start != n:
             raise StageError(f"dedup: the second pass read {start} rows, the first {n}: the input changed during the run")
+        run.extra["dedup"] = {
+            "clusters_with_duplicates": int(len(np.unique(np.concatenate(reps)))) if reps else 0,
+            "exact_duplicates": counts[1],
+            "near_duplicates": counts[2],
+            "gold_conflict_rows": int(sum(len(c["rows"]) for c in conflicts)),
+            "gold_conflict_clusters": len(conflicts),
+        }
+        run.extra["gold_conflicts"] = conflicts[:500]
         shutil.rmtree(work, ignore_errors=True)
 
-    # math-verify decides which golds are one answer; the engine and its processes change nothing in the output
-    config = {**{k: v for k, v in asdict(cfg).items() if k not in ("engine", "workers")},
-              "grader_version": GRADER_VERSION}
-    return run_stage("dedup", out, input_entries(inputs), config, body, force=force, input_folders=inputs)
+    return run_stage("dedup", out, input_entries(inputs), _dedup_config(cfg), body, force=force, input_folders=inputs)
 
 
-def _conflict_clusters(rep, u, v, differ, same_statement, nodes, rows, cfg: DedupConfig) -> list[dict]:
+class _Decided:
+    """Each row's fate from the clustered nodes: the row it is merged into (``rep``) and its kind (0 kept, 1 exact
+    duplicate, 2 near duplicate, 3 gold conflict), looked up by content id for the rows a group node stands for
+    (and for the groups that met no other text) and by row for the others."""
+
+    def __init__(self, nodes, grouped, rep_row, rep_idh, conflict, idh, groups):
+        self.rows_at = nodes[~grouped]  # sorted
+        self.row_rep, self.row_idh, self.row_conf = rep_row[~grouped], rep_idh[~grouped], conflict[~grouped]
+        alone = ~np.isin(groups["idh"], idh[grouped])  # groups no pair reached: their best row stays
+        keys = np.r_[idh[grouped], groups["idh"][alone]].astype(np.uint64)
+        order = np.argsort(keys, kind="stable")
+        self.ids = keys[order]
+        self.id_rep = np.r_[rep_row[grouped], groups["best"][alone]].astype(np.int64)[order]
+        self.id_idh = np.r_[rep_idh[grouped], groups["idh"][alone]].astype(np.uint64)[order]
+        self.id_conf = np.r_[conflict[grouped], np.zeros(int(alone.sum()), bool)][order]
+
+    def foreign_reps(self) -> np.ndarray:
+        """The rows kept for rows of another content id (their ids are the clusters' names), sorted."""
+        return np.unique(np.r_[self.row_rep, self.id_rep])
+
+    def rows(self, start: int, m: int, idh: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(rep, kind)`` of rows ``start .. start + m`` whose content id hashes are ``idh``."""
+        rows = np.arange(start, start + m, dtype=np.int64)
+        rep, rep_idh, conf = rows.copy(), idh.copy(), np.zeros(m, bool)
+        if len(self.ids):
+            pos = np.minimum(np.searchsorted(self.ids, idh), len(self.ids) - 1)
+            hit = self.ids[pos] == idh
+            rep[hit], rep_idh[hit], conf[hit] = self.id_rep[pos[hit]], self.id_idh[pos[hit]], self.id_conf[pos[hit]]
+        a, b = np.searchsorted(self.rows_at, [start, start + m])
+        local = self.rows_at[a:b] - start
+        rep[local], rep_idh[local], conf[local] = self.row_rep[a:b], self.row_idh[a:b], self.row_conf[a:b]
+        kind = np.where(rep == rows, 0, np.where(rep_idh == idh, 1, 2)).astype(np.int8)
+        kind[conf] = 3
+        return rep, kind
+
+
+def _dedup_config(cfg: DedupConfig) -> dict:
+    """The dedup stage's identity: math-verify decides which golds are one answer; the engine and its processes
+    change nothing in the output."""
+    from curate.difficulty.grading import GRADER_VERSION
+
+    return {**{k: v for k, v in asdict(cfg).items() if k not in ("engine", "workers")}, "grader_version": GRADER_VERSION}
+
+
+def dedup_shard_jobs(inputs: list[Path], out: Path, cfg: DedupConfig | None = None) -> list[dedup_disk.ShardJob] | None:
+    """Claim a dedup output folder and list its per-shard jobs (``dedup_disk.shard_work``), for a scheduler that
+    runs them as tasks of its own (the Prefect flow on Ray); ``dedup_stage`` then finds their files and goes on
+    from there. None when the folder already holds the complete output, or the engine is not ``disk``."""
+    from curate.core.runner import Runner
+
+    cfg = cfg or DedupConfig()
+    if cfg.engine != "disk":
+        return None
+    runner = Runner("dedup", out, input_entries(inputs), _dedup_config(cfg), False, inputs)
+    if runner.previous() is not None:
+        return None
+    runner.begin()
+    prio = {s: i for i, s in enumerate(cfg.source_priority)}
+    shards = [p for d in _kept_dirs(inputs) for p in shard_paths(d)]
+    return dedup_disk.jobs(shards, out / WORK, cfg, prio)
+
+
+def _conflict_clusters(rep, u, v, differ, same_statement, nodes, best, grouped, rows, cfg: DedupConfig) -> list[dict]:
     """Each cluster whose golds disagree: its rows (source, id, gold) and the distinct golds, for the manifest,
     the card and the reject details. With ``conflicts="keep"`` the clusters are listed all the same. ``rep``,
-    ``u`` and ``v`` index ``nodes`` (the rows that have a pair); ``rows`` reads their columns."""
+    ``u`` and ``v`` index ``nodes`` (the rows that have a pair; ``grouped``: a node standing for every row of its
+    content id, whose best row is ``best``); ``rows`` reads their columns."""
     bad = conflict_pairs(differ, same_statement, cfg)
     comps: dict[int, None] = {}
     for a, b in zip(u[bad].tolist(), v[bad].tolist(), strict=True):
@@ -378,19 +505,30 @@ def _conflict_clusters(rep, u, v, differ, same_statement, nodes, rows, cfg: Dedu
             comps[int(rep[a])] = None
     if not comps:
         return []
+    js = np.flatnonzero(np.isin(rep, list(comps)))
+    member_rows = {int(nodes[j]): int(rep[j]) for j in js[~grouped[js]]}
+    if grouped[js].any():  # every row of those content ids, found by id
+        comp_of = {int(h): int(rep[j]) for h, j in zip(rows.columns(nodes[js[grouped[js]]], ["idh"])["idh"].tolist(),
+                                                        js[grouped[js]].tolist(), strict=True)}
+        for r, c in rows.rows_of_ids(comp_of).items():
+            member_rows[r] = c
     members: dict[int, list[int]] = {c: [] for c in comps}
-    for j in np.flatnonzero(np.isin(rep, list(comps))).tolist():
-        members[int(rep[j])].append(j)
-    every = sorted(j for js in members.values() for j in js)
-    f = rows.columns(nodes[every], ["id", "source", "source_id", "gold"])
-    at = {j: i for i, j in enumerate(every)}
+    for r in sorted(member_rows):
+        members[member_rows[r]].append(r)
+    every = sorted(member_rows)
+    f = rows.columns(np.array(every, np.int64), ["id", "source", "source_id", "gold"])
+    at = {r: i for i, r in enumerate(every)}
     out = []
-    for c, js in members.items():
-        out.append({"kept": None if cfg.conflicts == "drop" else str(f["id"][at[c]]),
-                    "answers": list(dict.fromkeys(str(f["gold"][at[j]]) for j in js)),
-                    "rows": [{"row": int(nodes[j]), "id": str(f["id"][at[j]]), "source": str(f["source"][at[j]]),
-                              "source_id": str(f["source_id"][at[j]]), "answer": str(f["gold"][at[j]])}
-                             for j in js]})
+    for c, rs in members.items():
+        kept = int(best[c])
+        if kept not in at:
+            kept_id = str(rows.columns(np.array([kept]), ["id"])["id"][0])
+        else:
+            kept_id = str(f["id"][at[kept]])
+        out.append({"kept": None if cfg.conflicts == "drop" else kept_id,
+                    "answers": list(dict.fromkeys(str(f["gold"][at[r]]) for r in rs)),
+                    "rows": [{"row": r, "id": str(f["id"][at[r]]), "source": str(f["source"][at[r]]),
+                              "source_id": str(f["source_id"][at[r]]), "answer": str(f["gold"][at[r]])} for r in rs]})
     return out
 
 

@@ -130,6 +130,20 @@ def _stage(kind: str, inputs: list[str], out: str, cfg) -> dict:
             "removed": m.rejected_by_reason}
 
 
+def _dedup_jobs(inputs: list[str], out: str, cfg) -> list:
+    """Claim the dedup folder and list its per-shard jobs (none when it is complete)."""
+    from curate.pipeline import dedup_shard_jobs
+
+    return dedup_shard_jobs([Path(x) for x in inputs], Path(out), cfg) or []
+
+
+def _dedup_shard(job) -> int:
+    """One input shard's signatures, features and band files (``curate.clean.dedup_disk.shard_work``)."""
+    from curate.clean.dedup_disk import shard_work
+
+    return shard_work(job)
+
+
 def _difficulty_summary(m, out: str, **extra) -> dict:
     """What a difficulty task hands on: counts, and this run's samples (none when the stage was already complete)."""
     this_run = {} if m.skipped else (m.stats.get("this_run") or {})
@@ -228,6 +242,8 @@ def build_flow(cfg: FlowConfig, api_url: str | None = None, progress: bool = Fal
 
     ingest_t = task(_ingest, name="ingest", cache_policy=NO_CACHE)
     stage_t = task(_stage, name="stage", cache_policy=NO_CACHE)
+    dedup_jobs_t = task(_dedup_jobs, name="dedup shards", cache_policy=NO_CACHE)
+    dedup_shard_t = task(_dedup_shard, name="dedup shard", cache_policy=NO_CACHE)
     difficulty_t = task(_difficulty, name="difficulty", cache_policy=NO_CACHE, retries=cfg.sampler_retries,
                         retry_delay_seconds=list(cfg.retry_delays_s))
     begin_t = task(_difficulty_begin, name="difficulty begin", cache_policy=NO_CACHE)
@@ -279,6 +295,10 @@ def build_flow(cfg: FlowConfig, api_url: str | None = None, progress: bool = Fal
             plan.append(("decontam", "3_decontam", cfg.curate.decontam))
         plan.append(("dedup", "4_dedup", cfg.curate.dedup))
         for kind, folder, scfg in plan:
+            if kind == "dedup" and cfg.runner == "ray":  # the shards' signatures as tasks across the cluster
+                jobs = dedup_jobs_t.submit(last, str(stages / folder), scfg).result()
+                shard_futures = [dedup_shard_t.with_options(name=f"dedup shard {j.index}").submit(j) for j in jobs]
+                summary["dedup_shard_tasks"] = len([f.result() for f in shard_futures])
             r = stage_t.with_options(name=kind).submit(kind, last, str(stages / folder), scfg).result()
             summary["stages"][kind] = r
             last = [r["folder"]]

@@ -22,6 +22,9 @@ TRAIN = ("Two trains leave a station at noon, one heading east at {a} miles per 
          "{b} miles per hour along a straight track. After how many hours will the trains be exactly {c} miles apart "
          "from each other?")
 
+DIGITS = ("{verb} the sum of all the digits of the number $2^{{15}}$ when it is written out in base ten, "
+          "without any leading zeros.")
+
 # (shard, id, problem, answer); the expected fate of each row is in EXPECTED
 ROWS = [
     (0, "s1", STORY.format(a=12, b=8, field="green"), "16"),
@@ -36,10 +39,14 @@ ROWS = [
     (3, "t3", TRAIN.format(a=40, b=60, c=300).replace("noon", "midday"), "3"),  # another near duplicate of t1
     (3, "v2", "Find the remainder when $2^{10}$ is divided by $7$.", "4"),  # the same statement, another gold
     (3, "w1", "Compute $\\gcd(76, 36)$.", "4"),
+    (0, "x1", DIGITS.format(verb="Find"), "26"),
+    (2, "x2", DIGITS.format(verb="Find"), "26"),  # an exact copy with the same gold: one node for both
+    (3, "x3", DIGITS.format(verb="Compute"), "27"),  # the same statement (the ask reworded), another gold
 ]
 EXPECTED = {"s2": ("dedup_near", "s1"), "u2": ("dedup_exact", "u1"), "u3": ("dedup_exact", "u1"),
             "t2": ("dedup_near", "t1"), "t3": ("dedup_near", "t1"), "v1": ("gold_conflict", None),
-            "v2": ("gold_conflict", None)}
+            "v2": ("gold_conflict", None), "x1": ("gold_conflict", None), "x2": ("gold_conflict", None),
+            "x3": ("gold_conflict", None)}
 
 
 def _shards(tmp_path: Path) -> list[Path]:
@@ -66,10 +73,11 @@ def test_crafted_near_duplicates_across_shards_and_key_ranges(tmp_path, monkeypa
     sig = minhash(pa.array([r[2] for r in ROWS]), DedupConfig())
     agree = lambda a, b: (sig[a] == sig[b]).mean()  # noqa: E731
     assert agree(0, 3) >= 0.8 and agree(1, 6) >= 0.8 and agree(1, 9) >= 0.8 and agree(0, 4) >= 0.8
+    assert agree(12, 14) >= 0.5
     dirs = _shards(tmp_path)
     dedup_stage(dirs, tmp_path / "mem", DedupConfig(engine="memory"))
     dedup_stage(dirs, tmp_path / "disk", DedupConfig(engine="disk", workers=1))
-    monkeypatch.setattr(dedup_disk, "PART_ENTRIES", 3)  # 12 rows: every band split into 4 key ranges
+    monkeypatch.setattr(dedup_disk, "PART_ENTRIES", 3)  # 15 rows: every band split into 8 key ranges
     dedup_stage(dirs, tmp_path / "ranges", DedupConfig(engine="disk", workers=1))
     mem, fates = _outcome(tmp_path / "mem")
     ids = {i: None for _, i, _, _ in ROWS}
@@ -82,7 +90,11 @@ def test_crafted_near_duplicates_across_shards_and_key_ranges(tmp_path, monkeypa
     assert _outcome(tmp_path / "disk") == (mem, fates)
     assert _outcome(tmp_path / "ranges") == (mem, fates)
     m = json.loads((tmp_path / "ranges" / "manifest.json").read_text())
-    assert m["stats"]["dedup_work"] == {"shards": 4, "key_ranges_per_band": 4}
+    # u1-u3 and x1-x2 are groups of one content id and one gold, each a single node; v1-v2 are paired row by row
+    assert m["stats"]["dedup_work"] == {"shards": 4, "key_ranges_per_band": 8, "id_groups": 2,
+                                        "id_groups_paired_by_row": 1}
+    conflicts = sorted(sorted(r["source_id"].split(":")[-1] for r in c["rows"]) for c in m["stats"]["gold_conflicts"])
+    assert conflicts == [["v1", "v2"], ["x1", "x2", "x3"]]
     assert not (tmp_path / "ranges" / "work").exists()  # the scratch files go once the stage is done
 
 

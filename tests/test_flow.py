@@ -111,7 +111,8 @@ def _shard_hashes(stages):
 @pytest.mark.slow
 def test_the_flow_on_a_local_ray_instance_writes_the_same_shards(tmp_path):
     """runner = "ray": the tasks run in Ray workers (a local instance) and report to this process's Prefect API;
-    every shard of every stage is byte-identical to the default runner's."""
+    every shard of every stage is byte-identical to the default runner's (dedup's per-shard step runs as a task
+    of its own, then the stage goes on from its files)."""
     pytest.importorskip("prefect_ray")
     from flows.flow import FlowConfig, run_flow
 
@@ -120,6 +121,7 @@ def test_the_flow_on_a_local_ray_instance_writes_the_same_shards(tmp_path):
     ray_cfg = _config(tmp_path / "r", sources, runner="ray") if (tmp_path / "r").mkdir() is None else None
     on_ray = run_flow(FlowConfig.load(ray_cfg), tmp_path / "ray")
     assert on_ray["stages"]["dedup"]["rows_kept"] == local["stages"]["dedup"]["rows_kept"]
+    assert on_ray["dedup_shard_tasks"] == 1 and "dedup_shard_tasks" not in local  # dedup's shard step as a Ray task
     a, b = _shard_hashes(tmp_path / "local" / "stages"), _shard_hashes(tmp_path / "ray" / "stages")
     assert a == b and len(a) >= 8
 

@@ -61,6 +61,7 @@ class DecontamConfig:
     min_shared: int = 3  # and never fewer shared n-grams than this (or than the item has)
     require_numbers: bool = True  # an n-gram match must hold every number of the item
     exact: bool = True  # also reject exact matches of the normalized text and of the word sequence
+    workers: int = 0  # processes that match batches; 0: the usable cores for 200k rows or more (not in the identity)
 
     def __post_init__(self) -> None:
         if self.ngram < 1 or self.min_shared < 1:
@@ -213,3 +214,16 @@ def _numbers(canonical_text: str | None) -> Counter:
     """The numbers of a statement in ``canonical`` form, with their counts (``\\frac12`` is 1 and 2 on both sides;
     a sibling that turns ``g(2)`` into ``g(5)`` keeps the other 2 but not both)."""
     return Counter(re.findall(r"\d+", canonical_text or ""))
+
+
+# ---- the match in worker processes (curate.core.parallel): each worker holds the index once
+_WORKER: dict = {}
+
+
+def init_matcher(index: BenchmarkIndex, cfg: DecontamConfig) -> None:
+    _WORKER["index"], _WORKER["cfg"] = index, cfg
+
+
+def match_batch(problems: pa.Array | pa.ChunkedArray) -> tuple[list, list, list]:
+    """``BenchmarkIndex.match`` with the index and config ``init_matcher`` gave this process."""
+    return _WORKER["index"].match(problems, _WORKER["cfg"])

@@ -226,21 +226,22 @@ def loose_ok(agree: np.ndarray, strict: np.ndarray, same_year: np.ndarray, golds
 
 def clusters(n: int, u: np.ndarray, v: np.ndarray, strict: np.ndarray, loose: np.ndarray, same_gold: np.ndarray,
              differ: np.ndarray, same_statement: np.ndarray, ids: np.ndarray, ranks: np.ndarray,
-             cfg: DedupConfig) -> tuple[np.ndarray, np.ndarray]:
+             cfg: DedupConfig, tiebreak: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Decide every row from its candidate pairs: returns (rep index per row, kind per row).
 
     Kinds: 0 kept, 1 exact duplicate, 2 near duplicate, 3 gold conflict. A strict pair with one gold merges, and
     so does a loose pair that ``loose_ok`` admits; a pair with two golds is a conflict when it is one statement
     (``conflict_pairs``) and otherwise two problems; an undecided pair (a timeout, a missing gold) does neither.
     A cluster holding a conflict keeps none of its rows (``conflicts="drop"``) or its best-ranked row as usual
-    (``"keep"``); its rows' ``rep`` is the cluster's best-ranked row either way.
+    (``"keep"``); its rows' ``rep`` is the cluster's best-ranked row either way. Ties of rank go to the lowest
+    ``tiebreak`` (default: the row's index; ``dedup_disk`` gives a node standing for a group its best member's row).
     """
     idx = np.arange(n)
     merge = (strict | loose) & (same_gold | (not cfg.require_same_answer))
     conflict = conflict_pairs(differ, same_statement, cfg)
     link = merge | conflict
     comp = _components(n, u[link], v[link])
-    order = np.lexsort((idx, ranks, comp))
+    order = np.lexsort((idx if tiebreak is None else tiebreak, ranks, comp))
     comp_sorted = comp[order]
     is_first = np.r_[True, comp_sorted[1:] != comp_sorted[:-1]] if n else np.zeros(0, bool)
     rep_of_comp = np.empty(n, dtype=np.int64)

@@ -2,26 +2,32 @@
 
 The in-memory engine (``curate.pipeline.dedup_stage`` with ``engine="memory"``) holds a MinHash signature and a
 dozen values per row: 1.6 GB at a million rows, sixteen at ten million. This engine holds one input shard's worth
-at a time, plus the rows that have a duplicate; it decides every row exactly as the in-memory engine does (the same
-pairs, judged by the same ``judge_near``, clustered by the same ``clusters``). Its stages, the design of
-datatrove's MinHash pipeline (signatures, buckets, cluster, filter):
+at a time, one byte a row, and the texts that have a duplicate. It decides every row exactly as the in-memory
+engine does: the same pairs, judged by the same ``judge_near`` and clustered by the same ``clusters``. Its steps
+follow the design of datatrove's MinHash pipeline (signatures, buckets, cluster, filter):
 
-1. **Per shard, in parallel processes** (``shard_work``): the features every later step reads
-   (``feat_NNNNN.parquet``: content id, gold, source, year, numbers, drawing, statement key), the signature
-   (``sig_NNNNN.npy``, ``num_perm`` uint32 a row), and for each band the band key (its ``rows`` hashes, 16
-   bytes) with the row, its content id hash, its numbers' hash and count, sorted by key (``bands_NNNNN.npy``);
-   the content id hashes sorted (``exact_NNNNN.npy``). Each file is written to a temporary name and renamed, so a
-   killed run restarts from the shards already done.
-2. **Per band and key range** (``band_pairs``): the slices of that key range from every shard's sorted band file,
-   merged by one sort; each row whose key equals an earlier row's is paired with the first row of the key (the
-   in-memory rule). The band entries carry what rejects most collisions without a signature: the same content id
-   (an exact pair, found in step 3), or other numbers in as many of them. The key ranges split each band so
-   that one range holds at most ``PART_ENTRIES`` entries whatever the number of rows.
-3. **Exact pairs** from the content id files the same way, each row paired with the first row of its id.
-4. **The surviving band pairs are judged** on their whole signatures, read back shard by shard for the rows
-   involved only (``judge``).
+1. **Per shard, in worker processes** (``shard_work``). Each input shard writes:
+   - ``feat_NNNNN.parquet``: the features every later step reads (content id, gold, source, year, numbers,
+     drawing, statement key);
+   - ``sig_NNNNN.npy``: the signature, ``num_perm`` uint32 a row;
+   - ``bands_NNNNN.npy``: for each band, the band key (its ``rows`` hashes, 16 bytes) with the row, its content id
+     hash and its numbers' hash and count, sorted by key;
+   - ``exact_NNNNN.npy``: the content id hashes with gold, year and source rank, sorted.
 
-The caller then compares golds, clusters the rows that have a pair (union-find over them only) and streams the
+   Each file is written to a temporary name and renamed, so a killed run restarts from the shards already done.
+2. **Content ids first** (``exact_groups``). The rows of one content id that carry one gold string and one year
+   are one node from here on: the group's first row stands for it (``stands_in`` marks the others). Every pair
+   another row of the group would make is the pair the first row makes, judged alike. The rows of the other
+   groups are paired each with the first row of its id, as in memory.
+3. **Per band and key range** (``band_pairs``). The slices of that key range are read from every shard's sorted
+   band file and merged by one stable sort. Only entries that share a key are kept, and each is paired with the
+   first row of its key (the in-memory rule). The entries carry what rejects most collisions without a
+   signature: the same content id, or other numbers in as many of them. The key ranges split each band so that
+   one range holds at most ``PART_ENTRIES`` entries, whatever the number of rows.
+4. **Judging** (``judge``). The surviving band pairs are judged on their whole signatures, read back shard by
+   shard for the rows involved only.
+
+The caller then compares golds, clusters the nodes that have a pair (union-find over them only) and streams the
 shards again to write them out.
 """
 
@@ -29,7 +35,6 @@ from __future__ import annotations
 
 import json
 import os
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,12 +47,14 @@ from curate.clean.dedup import DedupConfig, hash_strings, judge_near, minhash, n
 from curate.clean.text import asy_keys, canonical, sequence_keys, tokens
 
 ENTRY = np.dtype([("hi", "<u8"), ("lo", "<u8"), ("row", "<i8"), ("idh", "<u8"), ("numh", "<u8"), ("cnt", "<i4")])
-EXACT = np.dtype([("idh", "<u8"), ("row", "<i8")])
+EXACT = np.dtype([("idh", "<u8"), ("row", "<i8"), ("gh", "<u8"), ("year", "<i8"), ("rank", "<i8")])
+GROUP = np.dtype([("idh", "<u8"), ("first", "<i8"), ("best", "<i8"), ("rank", "<i8"), ("size", "<i8")])
 WORK = "work"  # the step-1 files, inside the stage's output folder until the stage is done
 PART_ENTRIES = 4_000_000  # band entries merged at once (44 bytes each: ~180 MB with the sort's copies)
 READ_COLUMNS = ["id", "source", "source_id", "answer", "problem", "year"]
 FEATURES = pa.schema([("id", pa.string()), ("source", pa.string()), ("source_id", pa.string()),
                       ("gold", pa.string()), ("digits", pa.string()), ("rank", pa.int64()), ("idh", pa.uint64()),
+                      ("gh", pa.uint64()),
                       ("ans", pa.uint64()), ("year", pa.int64()), ("numh", pa.uint64()), ("draw", pa.uint64()),
                       ("stmt", pa.uint64())])
 
@@ -64,6 +71,7 @@ def features(t: pa.Table, cfg: DedupConfig, prio: dict[str, int]) -> tuple[pa.Ta
         "id": t["id"], "source": t["source"], "source_id": t["source_id"], "gold": gold, "digits": nums,
         "rank": pa.array([prio.get(s, len(prio)) for s in t["source"].to_pylist()], pa.int64()),
         "idh": hash_strings(t["id"]),
+        "gh": hash_strings(gold),
         "ans": hash_strings(pc.replace_substring_regex(gold, r"\s+", "")),
         "year": pc.fill_null(t["year"], -1).cast(pa.int64()),
         "numh": hash_strings(nums),
@@ -115,8 +123,9 @@ def shard_work(job: ShardJob) -> int:
     pq.write_table(feat, tmp, compression="zstd")
     os.replace(tmp, work / f"feat_{i:05d}.parquet")
     exact = np.empty(m, EXACT)
-    exact["idh"], exact["row"] = idh, rows
-    exact.sort(order=["idh", "row"])
+    exact["idh"], exact["row"], exact["gh"] = idh, rows, feat["gh"].to_numpy()
+    exact["year"], exact["rank"] = feat["year"].to_numpy(), feat["rank"].to_numpy()
+    exact = exact[np.lexsort((rows, idh))]
     _save(work / f"exact_{i:05d}.npy", exact)
     if cfg.near:
         sig = np.concatenate(sigs) if sigs else np.zeros((0, cfg.num_perm), np.uint32)
@@ -127,7 +136,7 @@ def shard_work(job: ShardJob) -> int:
             e = bands[b]
             keys = _band_keys(sig, b, cfg)
             e["hi"], e["lo"], e["row"], e["idh"], e["numh"], e["cnt"] = keys[:, 0], keys[:, 1], rows, idh, numh, cnt
-            bands[b] = e[np.lexsort((e["row"], e["lo"], e["hi"]))]
+            bands[b] = e[np.lexsort((e["lo"], e["hi"]))]  # stable: rows stay in order within a key
         _save(work / f"bands_{i:05d}.npy", bands)
     done.write_text(json.dumps({"rows": m}))
     return m
@@ -160,6 +169,18 @@ def _ranges(keys: np.ndarray, parts: int) -> np.ndarray:
     return np.array(cuts, np.int64)
 
 
+def _shared(seg: np.ndarray, field: str) -> np.ndarray:
+    """The entries whose ``field`` another entry shares (the only ones that can pair), sorted by it, ties in
+    their order in ``seg``. A stable sort merges the shards' sorted runs in about linear time."""
+    order = np.argsort(seg[field], kind="stable")
+    keys = seg[field][order]
+    eq = keys[1:] == keys[:-1]
+    shared = np.zeros(len(seg), bool)
+    shared[1:] |= eq
+    shared[:-1] |= eq
+    return seg[order[shared]]
+
+
 def _groups(sorted_keys: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """For rows sorted by keys (then row): which are not the first of their key, and the position of that first."""
     n = len(sorted_keys[0])
@@ -181,31 +202,59 @@ class Work:
         self.offsets = np.r_[0, np.cumsum(rows)].astype(np.int64)
         self.n = int(self.offsets[-1])
         self.parts = parts_for(self.n)
+        # the rows a group's first row stands for (``exact_groups``): one byte a row, the only per-row array held
+        self.stands_in = np.zeros(self.n, bool)
 
     def _shard_of(self, rows: np.ndarray) -> np.ndarray:
         return np.searchsorted(self.offsets, rows, "right") - 1
 
-    def exact_pairs(self) -> tuple[np.ndarray, np.ndarray]:
-        """Each row paired with the first row of its content id (rows without one: none)."""
-        us, vs = [], []
+    def exact_groups(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The rows that share a content id: ``(groups, u, v, mixed)``.
+
+        A group whose rows all carry the same gold string and year (``GROUP``: its first row, its best row by
+        source rank then row, its size) is one node from here on: every pair its rows would make is the pair its
+        first row makes, judged alike. The rows of the other groups (golds that differ, by a space or more) are
+        paired each with the first row of its id, as the in-memory engine pairs them (``u``, ``v``); ``mixed``:
+        their content id hashes, sorted."""
+        groups, us, vs, mixed = [], [], [], []
         files = [np.load(self.folder / f"exact_{i:05d}.npy", mmap_mode="r") for i in range(len(self.rows))]
         cuts = [_ranges(np.asarray(f["idh"]), self.parts) for f in files]
         for p in range(self.parts):
-            seg = np.concatenate([np.asarray(f[c[p] : c[p + 1]]) for f, c in zip(files, cuts, strict=True)])
-            seg = seg[np.lexsort((seg["row"], seg["idh"]))]
-            later, first = _groups([seg["idh"]])
-            us.append(seg["row"][later])
-            vs.append(seg["row"][first])
-        return _cat(us), _cat(vs)
+            seg = _shared(np.concatenate([np.asarray(f[c[p] : c[p + 1]]) for f, c in zip(files, cuts, strict=True)]),
+                          "idh")  # sorted by (idh, row): the shards' runs are, and come in row order
+            n = len(seg)
+            if n == 0:
+                continue
+            start = np.flatnonzero(np.r_[True, seg["idh"][1:] != seg["idh"][:-1]])
+            size = np.diff(np.r_[start, n])
+            first = np.repeat(start, size)
+            odd = ((seg["gh"] != seg["gh"][first]) | (seg["year"] != seg["year"][first])).astype(np.int8)
+            is_mixed = np.maximum.reduceat(odd, start).astype(bool)
+            dup = size > 1
+            one = dup & ~is_mixed
+            best = np.lexsort((seg["row"], seg["rank"], first))  # per group, its best row first
+            g = np.empty(int(one.sum()), GROUP)
+            g["idh"], g["first"], g["size"] = seg["idh"][start[one]], seg["row"][start[one]], size[one]
+            g["best"], g["rank"] = seg["row"][best[start[one]]], seg["rank"][best[start[one]]]
+            groups.append(g)
+            mixed.append(seg["idh"][start[dup & is_mixed]])
+            self.stands_in[seg["row"][np.repeat(one, size) & (np.arange(n) != first)]] = True
+            member = np.repeat(dup & is_mixed, size) & (np.arange(n) != first)
+            us.append(seg["row"][member])
+            vs.append(seg["row"][first[member]])
+        g = np.concatenate(groups) if groups else np.zeros(0, GROUP)
+        return g, _cat(us), _cat(vs), np.sort(np.concatenate(mixed)) if mixed else np.zeros(0, np.uint64)
 
     def band_pairs(self, band: int) -> tuple[np.ndarray, np.ndarray]:
         """The band's collisions, each row with the first row of its key, that may be near pairs: another content
-        id, and (with ``require_same_numbers``) the same numbers or not as many of them (one may hold the other's)."""
+        id, and (with ``require_same_numbers``) the same numbers or not as many of them (one may hold the other's).
+        A group of ``exact_groups`` takes part by its first row only (``stands_in``)."""
         us, vs = [], []
         files = [np.load(self.folder / f"bands_{i:05d}.npy", mmap_mode="r")[band] for i in range(len(self.rows))]
         cuts = [_ranges(np.asarray(f["hi"]), self.parts) for f in files]
         for p in range(self.parts):
             seg = np.concatenate([np.asarray(f[c[p] : c[p + 1]]) for f, c in zip(files, cuts, strict=True)])
+            seg = _shared(seg[~self.stands_in[seg["row"]]], "hi")
             seg = seg[np.lexsort((seg["row"], seg["lo"], seg["hi"]))]
             later, first = _groups([seg["hi"], seg["lo"]])
             a, b = seg[later], seg[first]
@@ -227,6 +276,17 @@ class Work:
             for k in names:
                 out[k].append(t[k].to_numpy(zero_copy_only=False))
         return {k: (np.concatenate(v) if v else np.zeros(0, object))[inv] for k, v in out.items()}
+
+    def rows_of_ids(self, comp_of: dict[int, int]) -> dict[int, int]:
+        """Every row whose content id hash is a key of ``comp_of``, with its value (a scan of the id files)."""
+        keys = np.array(sorted(comp_of), np.uint64)
+        out: dict[int, int] = {}
+        for i in range(len(self.rows)):
+            e = np.load(self.folder / f"exact_{i:05d}.npy", mmap_mode="r")
+            hit = np.flatnonzero(np.isin(np.asarray(e["idh"]), keys))
+            for h, r in zip(np.asarray(e["idh"])[hit].tolist(), np.asarray(e["row"])[hit].tolist(), strict=True):
+                out[int(r)] = comp_of[int(h)]
+        return out
 
     def signatures(self, rows: np.ndarray) -> np.ndarray:
         """The signatures of sorted unique ``rows``, read shard by shard (only the pages that hold them)."""
@@ -262,46 +322,51 @@ def _cat(xs: list[np.ndarray]) -> np.ndarray:
     return np.concatenate(xs).astype(np.int64) if xs else np.zeros(0, np.int64)
 
 
-def build(shards: list[Path], work: Path, cfg: DedupConfig, prio: dict[str, int], workers: int) -> Work:
-    """Step 1 over every input shard (in ``workers`` processes when there are several shards)."""
-    workers = workers or len(os.sched_getaffinity(0))
-    work.mkdir(parents=True, exist_ok=True)
+def jobs(shards: list[Path], work: Path, cfg: DedupConfig, prio: dict[str, int]) -> list[ShardJob]:
+    """Step 1's job for each input shard (its global row offset from the shards' metadata)."""
     rows = [pq.ParquetFile(p).metadata.num_rows for p in shards]
     offsets = np.r_[0, np.cumsum(rows)].astype(int).tolist()
-    jobs = [ShardJob(i, str(p), offsets[i], str(work), cfg, tuple(prio.items())) for i, p in enumerate(shards)]
-    if workers > 1 and len(jobs) > 1:
-        import multiprocessing as mp
+    return [ShardJob(i, str(p), offsets[i], str(work), cfg, tuple(prio.items())) for i, p in enumerate(shards)]
 
-        with ProcessPoolExecutor(min(workers, len(jobs)), mp_context=mp.get_context("spawn")) as ex:
-            got = list(ex.map(shard_work, jobs))
-    else:
-        got = [shard_work(j) for j in jobs]
+
+def build(shards: list[Path], work: Path, cfg: DedupConfig, prio: dict[str, int], workers: int) -> Work:
+    """Step 1 over every input shard (in ``workers`` processes when there are several shards; shards whose files
+    are there already, from a killed run or from a scheduler's tasks, are not computed again)."""
+    from curate.core.parallel import ordered_map, usable_cores
+
+    work.mkdir(parents=True, exist_ok=True)
+    todo = jobs(shards, work, cfg, prio)
+    rows = [pq.ParquetFile(p).metadata.num_rows for p in shards]
+    got = list(ordered_map(shard_work, todo, min(workers or usable_cores(), max(len(todo), 1))))
     if got != rows:
         raise RuntimeError(f"dedup: the shards changed while read ({got} rows, expected {rows})")
     return Work(work, cfg, rows)
 
 
-def pairs(w: Work) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Every candidate pair ``(u, v, agree, strict)``, in the in-memory engine's order: exact pairs by row, then
-    each band's new near pairs by row."""
-    u, v = w.exact_pairs()
+def pairs(w: Work) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The candidate pairs ``(u, v, agree, strict)`` in the in-memory engine's order (exact pairs by row, then each
+    band's new near pairs by row), with each group of ``exact_groups`` standing as its first row; and the groups
+    and the sorted content id hashes of the groups paired row by row."""
+    groups, u, v, mixed = w.exact_groups()
     order = np.argsort(u, kind="stable")
     us, vs, ag, st = [u[order]], [v[order]], [np.ones(len(u))], [np.ones(len(u), bool)]
     if w.cfg.near:
-        bu, bv, band = [], [], []
+        seen = np.zeros(0, np.int64)  # every band pair so far (u * n + v), sorted: a pair is judged once
+        span = max(w.n, 1)
+        bu, bv = [], []
         for b in range(w.cfg.bands):
             x, y = w.band_pairs(b)
-            o = np.argsort(x, kind="stable")
-            bu.append(x[o])
-            bv.append(y[o])
-            band.append(np.full(len(x), b, np.int32))
-        cu, cv = _cat(bu), _cat(bv)
-        _, first = np.unique(cu * max(w.n, 1) + cv, return_index=True)  # a pair of several bands: its first
-        first.sort()
-        cu, cv = cu[first], cv[first]
-        ok, agree, strict = w.judge(cu, cv)
-        us.append(cu[ok])
-        vs.append(cv[ok])
+            key = x * span + y
+            new = ~np.isin(key, seen, assume_unique=True)
+            seen = np.union1d(seen, key[new])
+            o = np.argsort(x[new], kind="stable")
+            bu.append(x[new][o])
+            bv.append(y[new][o])
+        del seen
+        x, y = _cat(bu), _cat(bv)
+        ok, agree, strict = w.judge(x, y)
+        us.append(x[ok])
+        vs.append(y[ok])
         ag.append(agree[ok])
         st.append(strict[ok])
-    return _cat(us), _cat(vs), np.concatenate(ag), np.concatenate(st)
+    return _cat(us), _cat(vs), np.concatenate(ag), np.concatenate(st), groups, mixed
