@@ -105,6 +105,7 @@ class ShardJob:
 def shard_work(job: ShardJob) -> int:
     """Step 1 for one input shard (see the module); returns its rows. Skips a shard whose files are all there."""
     work, i, cfg = Path(job.work), job.index, job.cfg
+    work.mkdir(parents=True, exist_ok=True)
     done = work / f"done_{i:05d}.json"
     if done.exists():
         return int(json.loads(done.read_text())["rows"])
