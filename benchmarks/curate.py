@@ -3,7 +3,7 @@
     python benchmarks/curate.py                 # real files (../shared/data) + 1M synthetic rows
     python benchmarks/curate.py --rows 200000   # a smaller synthetic input
     python benchmarks/curate.py --real-only
-    python benchmarks/curate.py --rows 10000000 --stages ingest,filter_no_gate,decontam,dedup
+    python benchmarks/curate.py --rows 10000000 --synthetic-only --stages filter_no_gate,decontam,dedup
 
 For every stage the floor is measured in the same run: read the stage's input shards with pyarrow and
 write the same rows, same schema, zstd, to a new file (no Python per row). "x floor" is the stage's
@@ -179,6 +179,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--real-only", action="store_true")
+    ap.add_argument("--synthetic-only", action="store_true")
     ap.add_argument("--stages", default=",".join(STAGES), help="stages to time after ingest (comma-separated)")
     ap.add_argument("--one", nargs=3, metavar=("STAGE", "SRC", "OUT"), help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -189,7 +190,7 @@ def main() -> None:
     results = []
     work_root = Path(tempfile.mkdtemp(prefix="gradus-bench-"))
     try:
-        if REAL.is_dir():
+        if REAL.is_dir() and not a.synthetic_only:
             for rel in REAL_FILES:
                 w = work_root / rel.replace("/", "_")
                 results += bench_chain(rel.split("/")[0], str(REAL / rel), w, stages)

@@ -272,19 +272,23 @@ def decontam_stage(inputs: list[Path], out: Path, cfg: DecontamConfig, force: bo
             matches = ordered_map(match_batch, problems(), workers, init_matcher, (index, cfg))
             for bench, bid, kind in matches:
                 t = read.popleft()
-                hit = pa.array([k is not None for k in kind])
-                t = t.set_column(t.schema.get_field_index("contam_benchmark"), "contam_benchmark", pa.array(bench, pa.string()))
-                t = t.set_column(t.schema.get_field_index("contam_id"), "contam_id", pa.array(bid, pa.string()))
+                hit = pc.is_valid(kind)
+                t = t.set_column(t.schema.get_field_index("contam_benchmark"), "contam_benchmark", bench)
+                t = t.set_column(t.schema.get_field_index("contam_id"), "contam_id", bid)
                 rej = t.filter(hit)
-                reasons = [f"contaminated_{k}" for k in kind if k is not None]
-                details = [f"{b}:{i}" for b, i, k in zip(bench, bid, kind, strict=False) if k is not None]
-                for b in rej["contam_benchmark"].to_pylist():
-                    by_bench[b] = by_bench.get(b, 0) + 1
+                reasons = pc.binary_join_element_wise("contaminated_", kind.filter(hit), "")
+                details = pc.binary_join_element_wise(bench.filter(hit), bid.filter(hit), ":")
+                for b, c in _counts(rej["contam_benchmark"]).items():
+                    by_bench[b] = by_bench.get(b, 0) + c
                 run.emit(t.filter(pc.invert(hit)), reject_table(rej, "decontam", reasons, details) if rej.num_rows else None)
         run.extra["contaminated_by_benchmark"] = by_bench
 
     config = {k: v for k, v in asdict(cfg).items() if k != "workers"}  # processes change nothing in the output
     return run_stage("decontam", out, ins, config, body, force=force, input_folders=inputs)
+
+
+def _counts(col: pa.Array | pa.ChunkedArray) -> dict:
+    return {v["values"].as_py(): v["counts"].as_py() for v in pc.value_counts(col)}
 
 
 # ----------------------------------------------------------------------------------------------- dedup

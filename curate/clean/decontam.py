@@ -224,6 +224,8 @@ def init_matcher(index: BenchmarkIndex, cfg: DecontamConfig) -> None:
     _WORKER["index"], _WORKER["cfg"] = index, cfg
 
 
-def match_batch(problems: pa.Array | pa.ChunkedArray) -> tuple[list, list, list]:
-    """``BenchmarkIndex.match`` with the index and config ``init_matcher`` gave this process."""
-    return _WORKER["index"].match(problems, _WORKER["cfg"])
+def match_batch(problems: pa.Array | pa.ChunkedArray) -> tuple[pa.Array, pa.Array, pa.Array]:
+    """``BenchmarkIndex.match`` with the index and config ``init_matcher`` gave this process, as string arrays
+    (benchmark, benchmark id, kind; null where no match): arrays travel between processes as buffers."""
+    bench, bid, kind = _WORKER["index"].match(problems, _WORKER["cfg"])
+    return pa.array(bench, pa.string()), pa.array(bid, pa.string()), pa.array(kind, pa.string())

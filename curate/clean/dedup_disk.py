@@ -10,9 +10,11 @@ follow the design of datatrove's MinHash pipeline (signatures, buckets, cluster,
    - ``feat_NNNNN.parquet``: the features every later step reads (content id, gold, source, year, numbers,
      drawing, statement key);
    - ``sig_NNNNN.npy``: the signature, ``num_perm`` uint32 a row;
-   - ``bands_NNNNN.npy``: for each band, the band key (its ``rows`` hashes, 16 bytes) with the row, its content id
+   - ``bands_NNNNN.bin``: for each band, the band key (its ``rows`` hashes, 16 bytes) with the row, its content id
      hash and its numbers' hash and count, sorted by key;
-   - ``exact_NNNNN.npy``: the content id hashes with gold, year and source rank, sorted.
+   - ``exact_NNNNN.bin``: the content id hashes with gold, year and source rank, sorted;
+   - ``*.cuts.npy``: where each of 4096 key ranges starts in those sorted files, so that later steps read a key
+     range with plain reads.
 
    Each file is written to a temporary name and renamed, so a killed run restarts from the shards already done.
 2. **Content ids first** (``exact_groups``). The rows of one content id that carry one gold string and one year
@@ -127,7 +129,7 @@ def shard_work(job: ShardJob) -> int:
     exact["idh"], exact["row"], exact["gh"] = idh, rows, feat["gh"].to_numpy()
     exact["year"], exact["rank"] = feat["year"].to_numpy(), feat["rank"].to_numpy()
     exact = exact[np.lexsort((rows, idh))]
-    _save(work / f"exact_{i:05d}.npy", exact)
+    _save_sorted(work, f"exact_{i:05d}", exact, exact["idh"][None, :])
     if cfg.near:
         sig = np.concatenate(sigs) if sigs else np.zeros((0, cfg.num_perm), np.uint32)
         _save(work / f"sig_{i:05d}.npy", sig)
@@ -138,7 +140,7 @@ def shard_work(job: ShardJob) -> int:
             keys = _band_keys(sig, b, cfg)
             e["hi"], e["lo"], e["row"], e["idh"], e["numh"], e["cnt"] = keys[:, 0], keys[:, 1], rows, idh, numh, cnt
             bands[b] = e[np.lexsort((e["lo"], e["hi"]))]  # stable: rows stay in order within a key
-        _save(work / f"bands_{i:05d}.npy", bands)
+        _save_sorted(work, f"bands_{i:05d}", bands, bands["hi"])
     done.write_text(json.dumps({"rows": m}))
     return m
 
@@ -152,22 +154,42 @@ def _band_keys(sig: np.ndarray, band: int, cfg: DedupConfig) -> np.ndarray:
     return chunk.view(np.uint64)
 
 
+RANGES = 4096  # the key ranges a sorted file's cuts are written for (top 12 bits); a run reads groups of them
+
+
 def parts_for(entries: int) -> int:
     """Key ranges per band: a power of two, so that one range holds about ``PART_ENTRIES`` entries at most."""
     p = 1
-    while entries / p > PART_ENTRIES:
+    while entries / p > PART_ENTRIES and p < RANGES:
         p *= 2
     return p
+
+
+def _save_sorted(work: Path, name: str, arr: np.ndarray, keys: np.ndarray) -> None:
+    """A sorted entry file as raw bytes (``name.bin``, read back by ranges with plain reads: no mapping, whose pages
+    would count against the reader's memory) and, per row of ``keys``, where each of the ``RANGES`` key ranges
+    starts (``name.cuts.npy``)."""
+    cuts = np.stack([_ranges(np.ascontiguousarray(k), RANGES) for k in keys])
+    _save(work / f"{name}.cuts.npy", cuts)
+    tmp = work / f"{name}.bin.tmp"
+    arr.tofile(tmp)
+    os.replace(tmp, work / f"{name}.bin")
+
+
+def _read_range(path: Path, dtype: np.dtype, first: int, last: int) -> np.ndarray:
+    """Entries ``first .. last`` of a raw entry file."""
+    with open(path, "rb") as f:
+        f.seek(first * dtype.itemsize)
+        return np.fromfile(f, dtype=dtype, count=last - first)
 
 
 def _ranges(keys: np.ndarray, parts: int) -> np.ndarray:
     """Start of each key range in sorted ``keys`` (uint64, split on their top bits), and the end."""
     if parts == 1:
         return np.array([0, len(keys)], np.int64)
-    shift = 64 - int(parts).bit_length() + 1
-    bounds = np.arange(parts + 1, dtype=object) << shift
-    cuts = [np.searchsorted(keys, np.uint64(int(x)), "left") if x < 2**64 else len(keys) for x in bounds]
-    return np.array(cuts, np.int64)
+    shift = np.uint64(64 - int(parts).bit_length() + 1)
+    starts = np.searchsorted(keys, np.arange(parts, dtype=np.uint64) << shift, "left")
+    return np.r_[starts, len(keys)].astype(np.int64)
 
 
 def _shared(seg: np.ndarray, field: str) -> np.ndarray:
@@ -206,6 +228,18 @@ class Work:
         # the rows a group's first row stands for (``exact_groups``): one byte a row, the only per-row array held
         self.stands_in = np.zeros(self.n, bool)
 
+    def _slices(self, kind: str, row: int, part: int, dtype: np.dtype) -> np.ndarray:
+        """Key range ``part`` (of ``self.parts``) of row ``row`` of every shard's sorted ``kind`` file, in shard
+        order."""
+        step = RANGES // self.parts
+        out = []
+        for i, m in enumerate(self.rows):
+            cuts = np.load(self.folder / f"{kind}_{i:05d}.cuts.npy")[row]
+            a, b = int(cuts[part * step]), int(cuts[(part + 1) * step])
+            if b > a:
+                out.append(_read_range(self.folder / f"{kind}_{i:05d}.bin", dtype, row * m + a, row * m + b))
+        return np.concatenate(out) if out else np.zeros(0, dtype)
+
     def _shard_of(self, rows: np.ndarray) -> np.ndarray:
         return np.searchsorted(self.offsets, rows, "right") - 1
 
@@ -218,11 +252,8 @@ class Work:
         paired each with the first row of its id, as the in-memory engine pairs them (``u``, ``v``); ``mixed``:
         their content id hashes, sorted."""
         groups, us, vs, mixed = [], [], [], []
-        files = [np.load(self.folder / f"exact_{i:05d}.npy", mmap_mode="r") for i in range(len(self.rows))]
-        cuts = [_ranges(np.asarray(f["idh"]), self.parts) for f in files]
         for p in range(self.parts):
-            seg = _shared(np.concatenate([np.asarray(f[c[p] : c[p + 1]]) for f, c in zip(files, cuts, strict=True)]),
-                          "idh")  # sorted by (idh, row): the shards' runs are, and come in row order
+            seg = _shared(self._slices("exact", 0, p, EXACT), "idh")  # sorted by (idh, row): so are the shards' runs
             n = len(seg)
             if n == 0:
                 continue
@@ -251,10 +282,8 @@ class Work:
         id, and (with ``require_same_numbers``) the same numbers or not as many of them (one may hold the other's).
         A group of ``exact_groups`` takes part by its first row only (``stands_in``)."""
         us, vs = [], []
-        files = [np.load(self.folder / f"bands_{i:05d}.npy", mmap_mode="r")[band] for i in range(len(self.rows))]
-        cuts = [_ranges(np.asarray(f["hi"]), self.parts) for f in files]
         for p in range(self.parts):
-            seg = np.concatenate([np.asarray(f[c[p] : c[p + 1]]) for f, c in zip(files, cuts, strict=True)])
+            seg = self._slices("bands", band, p, ENTRY)
             seg = _shared(seg[~self.stands_in[seg["row"]]], "hi")
             seg = seg[np.lexsort((seg["row"], seg["lo"], seg["hi"]))]
             later, first = _groups([seg["hi"], seg["lo"]])
@@ -283,9 +312,9 @@ class Work:
         keys = np.array(sorted(comp_of), np.uint64)
         out: dict[int, int] = {}
         for i in range(len(self.rows)):
-            e = np.load(self.folder / f"exact_{i:05d}.npy", mmap_mode="r")
-            hit = np.flatnonzero(np.isin(np.asarray(e["idh"]), keys))
-            for h, r in zip(np.asarray(e["idh"])[hit].tolist(), np.asarray(e["row"])[hit].tolist(), strict=True):
+            e = np.fromfile(self.folder / f"exact_{i:05d}.bin", dtype=EXACT)
+            hit = np.flatnonzero(np.isin(e["idh"], keys))
+            for h, r in zip(e["idh"][hit].tolist(), e["row"][hit].tolist(), strict=True):
                 out[int(r)] = comp_of[int(h)]
         return out
 
