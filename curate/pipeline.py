@@ -450,10 +450,11 @@ class _Decided:
         self.id_rep = np.r_[rep_row[grouped], groups["best"][alone]].astype(np.int64)[order]
         self.id_idh = np.r_[rep_idh[grouped], groups["idh"][alone]].astype(np.uint64)[order]
         self.id_conf = np.r_[conflict[grouped], np.zeros(int(alone.sum()), bool)][order]
+        self.row_own = idh[~grouped]
 
     def foreign_reps(self) -> np.ndarray:
-        """The rows kept for rows of another content id (their ids are the clusters' names), sorted."""
-        return np.unique(np.r_[self.row_rep, self.id_rep])
+        """The rows kept for rows of another content id (their ids are those rows' cluster names), sorted."""
+        return np.unique(np.r_[self.row_rep[self.row_idh != self.row_own], self.id_rep[self.id_idh != self.ids]])
 
     def rows(self, start: int, m: int, idh: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(rep, kind)`` of rows ``start .. start + m`` whose content id hashes are ``idh``."""
