@@ -381,22 +381,18 @@ def pairs(w: Work) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.n
     order = np.argsort(u, kind="stable")
     us, vs, ag, st = [u[order]], [v[order]], [np.ones(len(u))], [np.ones(len(u), bool)]
     if w.cfg.near:
-        seen = np.zeros(0, np.int64)  # every band pair so far (u * n + v), sorted: a pair is judged once
+        found = np.zeros(0, np.int64)  # the near pairs found so far (u * n + v), sorted: a later band adds none again
         span = max(w.n, 1)
-        bu, bv = [], []
         for b in range(w.cfg.bands):
             x, y = w.band_pairs(b)
             key = x * span + y
-            new = ~np.isin(key, seen, assume_unique=True)
-            seen = np.union1d(seen, key[new])
+            new = ~np.isin(key, found, assume_unique=True)
             o = np.argsort(x[new], kind="stable")
-            bu.append(x[new][o])
-            bv.append(y[new][o])
-        del seen
-        x, y = _cat(bu), _cat(bv)
-        ok, agree, strict = w.judge(x, y)
-        us.append(x[ok])
-        vs.append(y[ok])
-        ag.append(agree[ok])
-        st.append(strict[ok])
+            x, y, key = x[new][o], y[new][o], key[new][o]
+            ok, agree, strict = w.judge(x, y)  # band by band: memory holds one band's collisions
+            found = np.union1d(found, key[ok])
+            us.append(x[ok])
+            vs.append(y[ok])
+            ag.append(agree[ok])
+            st.append(strict[ok])
     return _cat(us), _cat(vs), np.concatenate(ag), np.concatenate(st), groups, mixed
