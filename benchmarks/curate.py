@@ -108,15 +108,16 @@ def bench_chain(label: str, source: str, work: Path, stages: tuple[str, ...] = S
     rows.append({"input": label, "stage": "ingest", **r, "floor_s": None})
     gate = "filter" in stages
     flt = work / ("filter" if gate else "filter_ng")
-    chain = [  # (stage, input folder, output folder)
+    before_dedup = work / "decontam" if "decontam" in stages else flt if {"filter", "filter_no_gate"} & set(stages) else ing
+    chain = [  # (stage, input folder, output folder): each reads what the stages run before it wrote
         ("filter_no_gate", ing, work / "filter_ng"),
         ("filter", ing, work / "filter"),
         ("decontam", flt, work / "decontam"),
-        ("dedup_memory", work / "decontam", work / "dedup_memory"),
-        ("dedup", work / "decontam", work / "dedup"),
+        ("dedup_memory", before_dedup, work / "dedup_memory"),
+        ("dedup", before_dedup, work / "dedup"),
     ]
     for stage, src, out in chain:
-        if stage not in stages and not (stage == "filter_no_gate" and not gate):
+        if stage not in stages and not (stage == "filter_no_gate" and not gate and "decontam" in stages):
             continue
         fl = floor(src / "kept", work)
         r = child(stage, str(src), str(out))

@@ -52,7 +52,7 @@ ENTRY = np.dtype([("hi", "<u8"), ("lo", "<u8"), ("row", "<i8"), ("idh", "<u8"), 
 EXACT = np.dtype([("idh", "<u8"), ("row", "<i8"), ("gh", "<u8"), ("year", "<i8"), ("rank", "<i8")])
 GROUP = np.dtype([("idh", "<u8"), ("first", "<i8"), ("best", "<i8"), ("rank", "<i8"), ("size", "<i8")])
 WORK = "work"  # the step-1 files, inside the stage's output folder until the stage is done
-PART_ENTRIES = 4_000_000  # band entries merged at once (44 bytes each: ~180 MB with the sort's copies)
+PART_ENTRIES = 1_000_000  # entries merged at once (44 bytes each; with the sort's copies about 150 MB)
 READ_COLUMNS = ["id", "source", "source_id", "answer", "problem", "year"]
 FEATURES = pa.schema([("id", pa.string()), ("source", pa.string()), ("source_id", pa.string()),
                       ("gold", pa.string()), ("digits", pa.string()), ("rank", pa.int64()), ("idh", pa.uint64()),
