@@ -277,7 +277,7 @@ def decontam_stage(inputs: list[Path], out: Path, cfg: DecontamConfig, force: bo
                 t = t.set_column(t.schema.get_field_index("contam_id"), "contam_id", bid)
                 rej = t.filter(hit)
                 reasons = pc.binary_join_element_wise("contaminated_", kind.filter(hit), "")
-                details = pc.binary_join_element_wise(bench.filter(hit), bid.filter(hit), ":")
+                details = pc.binary_join_element_wise(bench.filter(hit), pc.fill_null(bid.filter(hit), "None"), ":")
                 for b, c in _counts(rej["contam_benchmark"]).items():
                     by_bench[b] = by_bench.get(b, 0) + c
                 run.emit(t.filter(pc.invert(hit)), reject_table(rej, "decontam", reasons, details) if rej.num_rows else None)
@@ -405,7 +405,7 @@ def dedup_stage(inputs: list[Path], out: Path, cfg: DedupConfig | None = None, f
                 rep, k = decided.rows(start, m, hash_strings(t["id"]))
                 cluster = t["id"].to_numpy(zero_copy_only=False).astype(object)
                 other = (k >= 2) & (rep != np.arange(start, start + m))
-                if other.any():
+                if other.any() and len(rep_rows):
                     pos = np.searchsorted(rep_rows, rep[other])
                     known = (pos < len(rep_rows)) & (rep_rows[np.minimum(pos, len(rep_rows) - 1)] == rep[other])
                     cluster[np.flatnonzero(other)[known]] = rep_ids[pos[known]]  # same id: the row's own

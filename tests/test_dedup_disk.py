@@ -25,6 +25,9 @@ TRAIN = ("Two trains leave a station at noon, one heading east at {a} miles per 
 DIGITS = ("{verb} the sum of all the digits of the number $2^{{15}}$ when it is written out in base ten, "
           "without any leading zeros.")
 
+FARM = ("Near the town of {abc}, a farmer keeps {n} sheep and 8 goats in a {field} field next to the river, and "
+        "every morning he counts all of his animals. How many animals does he count?")
+
 # (shard, id, problem, answer); the expected fate of each row is in EXPECTED
 ROWS = [
     (0, "s1", STORY.format(a=12, b=8, field="green"), "16"),
@@ -42,11 +45,14 @@ ROWS = [
     (0, "x1", DIGITS.format(verb="Find"), "26"),
     (2, "x2", DIGITS.format(verb="Find"), "26"),  # an exact copy with the same gold: one node for both
     (3, "x3", DIGITS.format(verb="Compute"), "27"),  # the same statement (the ask reworded), another gold
+    (0, "y1", FARM.format(abc="$ABC$", n="12", field="green"), "20"),
+    (1, "y2", FARM.format(abc="$A B C$", n="1 2", field="green"), "20"),  # the same content id, other tokens
+    (2, "y3", FARM.format(abc="$A B C$", n="1 2", field="large"), "20"),  # a near duplicate of y2, not of y1
 ]
 EXPECTED = {"s2": ("dedup_near", "s1"), "u2": ("dedup_exact", "u1"), "u3": ("dedup_exact", "u1"),
             "t2": ("dedup_near", "t1"), "t3": ("dedup_near", "t1"), "v1": ("gold_conflict", None),
             "v2": ("gold_conflict", None), "x1": ("gold_conflict", None), "x2": ("gold_conflict", None),
-            "x3": ("gold_conflict", None)}
+            "x3": ("gold_conflict", None), "y2": ("dedup_exact", "y1"), "y3": ("dedup_near", "y1")}
 
 
 def _shards(tmp_path: Path) -> list[Path]:
@@ -73,7 +79,7 @@ def test_crafted_near_duplicates_across_shards_and_key_ranges(tmp_path, monkeypa
     sig = minhash(pa.array([r[2] for r in ROWS]), DedupConfig())
     agree = lambda a, b: (sig[a] == sig[b]).mean()  # noqa: E731
     assert agree(0, 3) >= 0.8 and agree(1, 6) >= 0.8 and agree(1, 9) >= 0.8 and agree(0, 4) >= 0.8
-    assert agree(12, 14) >= 0.5
+    assert agree(12, 14) >= 0.5 and agree(16, 17) >= 0.8 and agree(15, 17) < 0.8
     dirs = _shards(tmp_path)
     dedup_stage(dirs, tmp_path / "mem", DedupConfig(engine="memory"))
     dedup_stage(dirs, tmp_path / "disk", DedupConfig(engine="disk", workers=1))
@@ -90,9 +96,10 @@ def test_crafted_near_duplicates_across_shards_and_key_ranges(tmp_path, monkeypa
     assert _outcome(tmp_path / "disk") == (mem, fates)
     assert _outcome(tmp_path / "ranges") == (mem, fates)
     m = json.loads((tmp_path / "ranges" / "manifest.json").read_text())
-    # u1-u3 and x1-x2 are groups of one content id and one gold, each a single node; v1-v2 are paired row by row
+    # u1-u3 and x1-x2 are groups of one content id, gold and statement, each a single node; v1-v2 (two golds)
+    # and y1-y2 (one content id, other tokens and numbers) are paired row by row
     assert m["stats"]["dedup_work"] == {"shards": 4, "key_ranges_per_band": 8, "id_groups": 2,
-                                        "id_groups_paired_by_row": 1}
+                                        "id_groups_paired_by_row": 2}
     conflicts = sorted(sorted(r["source_id"].split(":")[-1] for r in c["rows"]) for c in m["stats"]["gold_conflicts"])
     assert conflicts == [["v1", "v2"], ["x1", "x2", "x3"]]
     assert not (tmp_path / "ranges" / "work").exists()  # the scratch files go once the stage is done

@@ -67,6 +67,8 @@ class DedupConfig:
             raise ValueError("threshold, loose_threshold and telling_threshold must be in (0, 1]")
         if self.engine not in ("disk", "memory"):
             raise ValueError(f"engine must be disk or memory, not {self.engine!r}")
+        if self.engine == "disk" and self.near and self.rows > 4:
+            raise ValueError(f"the disk engine keys bands of at most 4 hashes (rows = {self.rows}); use engine = memory")
         if self.conflicts not in ("drop", "keep"):
             raise ValueError(f"conflicts must be drop or keep, not {self.conflicts!r}")
 

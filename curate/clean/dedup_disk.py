@@ -17,8 +17,9 @@ follow the design of datatrove's MinHash pipeline (signatures, buckets, cluster,
      range with plain reads.
 
    Each file is written to a temporary name and renamed, so a killed run restarts from the shards already done.
-2. **Content ids first** (``exact_groups``). The rows of one content id that carry one gold string and one year
-   are one node from here on: the group's first row stands for it (``stands_in`` marks the others). Every pair
+2. **Content ids first** (``exact_groups``). The rows of one content id that carry one gold string, one year and
+   one statement hash (signature, numbers, drawing, statement key: spacing can differ within a content id) are
+   one node from here on: the group's first row stands for it (``stands_in`` marks the others). Every pair
    another row of the group would make is the pair the first row makes, judged alike. The rows of the other
    groups are paired each with the first row of its id, as in memory.
 3. **Per band and key range** (``band_pairs``). The slices of that key range are read from every shard's sorted
@@ -49,7 +50,9 @@ from curate.clean.dedup import DedupConfig, hash_strings, judge_near, minhash, n
 from curate.clean.text import asy_keys, canonical, sequence_keys, tokens
 
 ENTRY = np.dtype([("hi", "<u8"), ("lo", "<u8"), ("row", "<i8"), ("idh", "<u8"), ("numh", "<u8"), ("cnt", "<i4")])
-EXACT = np.dtype([("idh", "<u8"), ("row", "<i8"), ("gh", "<u8"), ("year", "<i8"), ("rank", "<i8")])
+# fh: a hash of what dedup reads of a statement beyond its content id (signature, numbers, drawing, statement
+# key): two spellings of one content id ("$A B C$" and "$ABC$") may differ there, and then are not one node
+EXACT = np.dtype([("idh", "<u8"), ("row", "<i8"), ("gh", "<u8"), ("fh", "<u8"), ("year", "<i8"), ("rank", "<i8")])
 GROUP = np.dtype([("idh", "<u8"), ("first", "<i8"), ("best", "<i8"), ("rank", "<i8"), ("size", "<i8")])
 WORK = "work"  # the step-1 files, inside the stage's output folder until the stage is done
 PART_ENTRIES = 1_000_000  # entries merged at once (44 bytes each; with the sort's copies about 150 MB)
@@ -128,10 +131,11 @@ def shard_work(job: ShardJob) -> int:
     exact = np.empty(m, EXACT)
     exact["idh"], exact["row"], exact["gh"] = idh, rows, feat["gh"].to_numpy()
     exact["year"], exact["rank"] = feat["year"].to_numpy(), feat["rank"].to_numpy()
+    sig = np.concatenate(sigs) if sigs else np.zeros((0, cfg.num_perm if cfg.near else 0), np.uint32)
+    exact["fh"] = _statement_hash(sig, feat)
     exact = exact[np.lexsort((rows, idh))]
     _save_sorted(work, f"exact_{i:05d}", exact, exact["idh"][None, :])
     if cfg.near:
-        sig = np.concatenate(sigs) if sigs else np.zeros((0, cfg.num_perm), np.uint32)
         _save(work / f"sig_{i:05d}.npy", sig)
         bands = np.empty((cfg.bands, m), ENTRY)
         numh, cnt = feat["numh"].to_numpy(), _counts(feat["digits"])
@@ -145,13 +149,32 @@ def shard_work(job: ShardJob) -> int:
     return m
 
 
+def _mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finalizer: a bijection of uint64 that spreads its input over the whole range."""
+    with np.errstate(over="ignore"):
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return x ^ (x >> np.uint64(31))
+
+
+def _statement_hash(sig: np.ndarray, feat: pa.Table) -> np.ndarray:
+    """Per row, a uint64 of its signature, numbers, drawing and statement key (see ``EXACT``)."""
+    h = _mix(feat["numh"].to_numpy() ^ _mix(feat["draw"].to_numpy() ^ _mix(feat["stmt"].to_numpy())))
+    with np.errstate(over="ignore"):
+        for j in range(sig.shape[1]):
+            h = _mix(h ^ sig[:, j].astype(np.uint64))
+    return h
+
+
 def _band_keys(sig: np.ndarray, band: int, cfg: DedupConfig) -> np.ndarray:
-    """A band's ``rows`` uint32 hashes as two uint64 words per row (equal words: equal band)."""
+    """A band's ``rows`` uint32 hashes as two uint64 words per row (equal words: equal band). The first word goes
+    through a bijection (``_mix``): a MinHash value is a minimum, crowded near 0, and the key ranges cut on its
+    top bits."""
     chunk = np.zeros((len(sig), 4), np.uint32)  # padded to 16 bytes: a band of up to 4 hashes
-    if cfg.rows > 4:
-        raise ValueError("the disk engine keys bands of at most 4 hashes")
     chunk[:, : cfg.rows] = sig[:, band * cfg.rows : (band + 1) * cfg.rows]
-    return chunk.view(np.uint64)
+    keys = chunk.view(np.uint64).copy()
+    keys[:, 0] = _mix(keys[:, 0])
+    return keys
 
 
 RANGES = 4096  # the key ranges a sorted file's cuts are written for (top 12 bits); a run reads groups of them
@@ -228,14 +251,18 @@ class Work:
         # the rows a group's first row stands for (``exact_groups``): one byte a row, the only per-row array held
         self.stands_in = np.zeros(self.n, bool)
 
-    def _slices(self, kind: str, row: int, part: int, dtype: np.dtype) -> np.ndarray:
+    def _cuts(self, kind: str, row: int) -> list[np.ndarray]:
+        """Where each key range starts in row ``row`` of every shard's sorted ``kind`` file."""
+        return [np.array(np.load(self.folder / f"{kind}_{i:05d}.cuts.npy", mmap_mode="r")[row])
+                for i in range(len(self.rows))]
+
+    def _slices(self, kind: str, row: int, part: int, dtype: np.dtype, cuts: list[np.ndarray]) -> np.ndarray:
         """Key range ``part`` (of ``self.parts``) of row ``row`` of every shard's sorted ``kind`` file, in shard
-        order."""
+        order (``cuts``: ``_cuts(kind, row)``)."""
         step = RANGES // self.parts
         out = []
         for i, m in enumerate(self.rows):
-            cuts = np.load(self.folder / f"{kind}_{i:05d}.cuts.npy")[row]
-            a, b = int(cuts[part * step]), int(cuts[(part + 1) * step])
+            a, b = int(cuts[i][part * step]), int(cuts[i][(part + 1) * step])
             if b > a:
                 out.append(_read_range(self.folder / f"{kind}_{i:05d}.bin", dtype, row * m + a, row * m + b))
         return np.concatenate(out) if out else np.zeros(0, dtype)
@@ -252,15 +279,17 @@ class Work:
         paired each with the first row of its id, as the in-memory engine pairs them (``u``, ``v``); ``mixed``:
         their content id hashes, sorted."""
         groups, us, vs, mixed = [], [], [], []
+        cuts = self._cuts("exact", 0)
         for p in range(self.parts):
-            seg = _shared(self._slices("exact", 0, p, EXACT), "idh")  # sorted by (idh, row): so are the shards' runs
+            seg = _shared(self._slices("exact", 0, p, EXACT, cuts), "idh")  # sorted by (idh, row): so are the shards' runs
             n = len(seg)
             if n == 0:
                 continue
             start = np.flatnonzero(np.r_[True, seg["idh"][1:] != seg["idh"][:-1]])
             size = np.diff(np.r_[start, n])
             first = np.repeat(start, size)
-            odd = ((seg["gh"] != seg["gh"][first]) | (seg["year"] != seg["year"][first])).astype(np.int8)
+            odd = ((seg["gh"] != seg["gh"][first]) | (seg["fh"] != seg["fh"][first])
+                   | (seg["year"] != seg["year"][first])).astype(np.int8)
             is_mixed = np.maximum.reduceat(odd, start).astype(bool)
             dup = size > 1
             one = dup & ~is_mixed
@@ -282,8 +311,9 @@ class Work:
         id, and (with ``require_same_numbers``) the same numbers or not as many of them (one may hold the other's).
         A group of ``exact_groups`` takes part by its first row only (``stands_in``)."""
         us, vs = [], []
+        cuts = self._cuts("bands", band)
         for p in range(self.parts):
-            seg = self._slices("bands", band, p, ENTRY)
+            seg = self._slices("bands", band, p, ENTRY, cuts)
             seg = _shared(seg[~self.stands_in[seg["row"]]], "hi")
             seg = seg[np.lexsort((seg["row"], seg["lo"], seg["hi"]))]
             later, first = _groups([seg["hi"], seg["lo"]])
