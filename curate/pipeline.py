@@ -31,7 +31,15 @@ from curate.core.config import ConfigError, check_keys, from_dict, load_file
 from curate.core.errors import SourceError
 from curate.core.manifest import Manifest
 from curate.core.parallel import PARALLEL_MIN_ROWS, ordered_map, workers_for
-from curate.core.runner import StageError, StageRun, file_fingerprint, input_entries, reject_table, run_stage
+from curate.core.runner import (
+    StageError,
+    StageRun,
+    _value_counts,
+    file_fingerprint,
+    input_entries,
+    reject_table,
+    run_stage,
+)
 from curate.core.schema import SCHEMA, conform
 from curate.core.shards import count_rows, iter_batches, shard_paths, stage_dir, write_json_atomic
 from curate.sources.adapters import (
@@ -278,17 +286,13 @@ def decontam_stage(inputs: list[Path], out: Path, cfg: DecontamConfig, force: bo
                 rej = t.filter(hit)
                 reasons = pc.binary_join_element_wise("contaminated_", kind.filter(hit), "")
                 details = pc.binary_join_element_wise(bench.filter(hit), pc.fill_null(bid.filter(hit), "None"), ":")
-                for b, c in _counts(rej["contam_benchmark"]).items():
+                for b, c in _value_counts(rej["contam_benchmark"]).items():
                     by_bench[b] = by_bench.get(b, 0) + c
                 run.emit(t.filter(pc.invert(hit)), reject_table(rej, "decontam", reasons, details) if rej.num_rows else None)
         run.extra["contaminated_by_benchmark"] = by_bench
 
     config = {k: v for k, v in asdict(cfg).items() if k != "workers"}  # processes change nothing in the output
     return run_stage("decontam", out, ins, config, body, force=force, input_folders=inputs)
-
-
-def _counts(col: pa.Array | pa.ChunkedArray) -> dict:
-    return {v["values"].as_py(): v["counts"].as_py() for v in pc.value_counts(col)}
 
 
 # ----------------------------------------------------------------------------------------------- dedup

@@ -20,9 +20,9 @@ PARALLEL_MIN_ROWS = 200_000  # below this, starting the workers (about a second 
 
 def usable_cores() -> int:
     try:
-        return len(os.sched_getaffinity(0))
+        return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # not Linux
-        return os.cpu_count() or 1
+        return max(1, os.cpu_count() or 1)
 
 
 def workers_for(rows: int | None, workers: int = 0) -> int:

@@ -126,10 +126,9 @@ class Sampler:
 
 
 def usable_cpus() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not Linux
-        return max(1, os.cpu_count() or 1)
+    from curate.core.parallel import usable_cores
+
+    return usable_cores()
 
 
 def cpu_threads() -> dict:
