@@ -274,7 +274,7 @@ def decontam_stage(inputs: list[Path], out: Path, cfg: DecontamConfig, force: bo
             for d in dirs:
                 for t in iter_batches(d):
                     read.append(t)
-                    yield t["problem"]
+                    yield t["problem"], t["id"]
 
         with run.timed("match"):
             matches = ordered_map(match_batch, problems(), workers, init_matcher, (index, cfg))

@@ -151,6 +151,25 @@ def test_decontam_repairs_the_benchmark_side(real_data, tmp_path):
     assert m.rows_in == 2821 and m.rows_kept == 0
 
 
+def test_decontam_by_content_id_flags_what_the_exact_key_flags(real_data, tmp_path):
+    """The stage compares rows by their ``id``, the content id ingest computed, instead of recomputing each row's
+    exact key: MATH test against MATH-500 (whose 500 items are MATH test problems) flags the same rows either way."""
+    from curate.clean.decontam import BenchmarkIndex
+    from curate.clean.text import content_ids
+
+    ingest(str(real_data / "math_hendrycks/test/test.jsonl"), tmp_path / "i")
+    rows = read_table(tmp_path / "i" / "kept")
+    assert rows["id"].to_pylist() == content_ids(rows["problem"]).to_pylist()  # what the shortcut relies on
+    bench = f"math500={real_data / 'math500/test.jsonl'}"
+    cfg = DecontamConfig(benchmarks=(bench,))
+    decontam_stage([tmp_path / "i"], tmp_path / "d", cfg)
+    flagged = read_table(tmp_path / "d" / "rejected")
+    _, _, kind = BenchmarkIndex.build((bench,), cfg.ngram).match(rows["problem"], cfg)  # exact keys from the text
+    assert sorted(flagged["id"].to_pylist()) == sorted(i for i, k in zip(rows["id"].to_pylist(), kind, strict=True) if k)
+    # every MATH-500 item exactly, and 19 near copies
+    assert (sum(k == "exact" for k in kind), sum(k == "ngram" for k in kind)) == (500, 19)
+
+
 def _dedup_real(real_data, tmp_path, files, filters=False):
     from curate.clean.dedup import DedupConfig
     from curate.clean.filters import FilterConfig

@@ -7,7 +7,8 @@ name (``aime24``, ``aime25``, ``math500``, ``amc23``) that resolves to a local c
 Both sides are read the same way (escape damage repaired, ``curate.clean.text.canonical``: ``\\frac12`` is
 ``\\frac{1}{2}``, ``\\(..\\)`` is ``$..$``). Rules (a row is contaminated when any fires; the first benchmark
 item matched is recorded):
-- exact: the row's normalized text (``exact_key``) equals a benchmark item's, or its word sequence does
+- exact: the row's normalized text (``exact_key``) equals a benchmark item's (compared by content id: the rows'
+  ``id`` is that text's hash, computed once at ingest), or its word sequence does
   (``sequence_keys``: the canonical tokens without question words, 3 of them or more, or 2 with a number of
   two digits or more), which catches
   formatting-only rewrites and a reworded "Compute"/"Find" on items too short for any n-gram;
@@ -37,8 +38,20 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from curate.clean.text import asy_keys, canonical, exact_key, ngram_hashes, repair_escapes, sequence_keys, tokens
+from curate.clean.text import (
+    asy_keys,
+    canonical,
+    content_id,
+    content_ids,
+    exact_key,
+    ngram_hashes,
+    repair_escapes,
+    sequence_array,
+    sequence_keys,
+    tokens,
+)
 from curate.core.errors import SourceError
 from curate.sources.adapters import apply_adapter, detect_adapter
 from curate.sources.readers import read_source
@@ -97,7 +110,7 @@ class BenchmarkIndex:
     sizes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # per item: distinct n-grams
     hashes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))  # sorted n-gram hashes
     owner: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # item of each hash
-    exact: dict[str, int] = field(default_factory=dict)  # exact key -> item
+    exact: dict[str, int] = field(default_factory=dict)  # content id (hash of the exact key, as rows' ids) -> item
     sequence: dict[str, int] = field(default_factory=dict)  # word-sequence key -> item
     numbers: list[Counter] = field(default_factory=list)  # per item: the numbers of its canonical statement
     drawings: list[str] = field(default_factory=list)  # per item: its [asy] code ("" when none)
@@ -120,7 +133,7 @@ class BenchmarkIndex:
                 idx.drawings += asy_keys(problems).to_pylist()
                 for j, k in enumerate(exact_key(problems).to_pylist()):
                     if k:
-                        idx.exact.setdefault(k, base + j)
+                        idx.exact.setdefault(content_id(k), base + j)
                 for j, k in enumerate(sequence_keys(problems, toks)):
                     if _telling(k):
                         idx.sequence.setdefault(k, base + j)
@@ -141,65 +154,91 @@ class BenchmarkIndex:
             idx.sizes = np.bincount(o, minlength=len(idx.ids))  # distinct indexed n-grams per item
         return idx
 
-    def match(self, problems: pa.Array | pa.ChunkedArray, cfg: DecontamConfig) -> tuple[list, list, list]:
-        """Per row: (benchmark name or None, benchmark id or None, kind 'exact'/'ngram' or None)."""
+    def _lookup(self, which: str) -> tuple[pa.Array, np.ndarray]:
+        """The keys of ``self.exact`` or ``self.sequence`` as one arrow array and their items (built once a process):
+        rows are looked up a batch at a time by ``pc.index_in``, no Python per row."""
+        cache = self.__dict__.setdefault("_lookups", {})
+        if which not in cache:
+            d = getattr(self, which)
+            cache[which] = (pa.array(list(d), pa.string()), np.fromiter(d.values(), np.int64, len(d)))
+        return cache[which]
+
+    def match(self, problems: pa.Array | pa.ChunkedArray, cfg: DecontamConfig,
+              ids: pa.Array | pa.ChunkedArray | None = None) -> tuple[list, list, list]:
+        """Per row: (benchmark name or None, benchmark id or None, kind 'exact'/'ngram' or None). ``ids``: the rows'
+        content ids (the record's ``id``, ``content_ids`` of the problem, which ingest computed), computed here
+        when not given.
+
+        Everything that reads every row is vectorized (canonical form, tokens, n-gram hashes, key lookups); only rows
+        that share a key or an indexed n-gram with an item are looked at one by one, and their drawings and numbers
+        are read then."""
         n = len(problems)
         bench: list = [None] * n
         bid: list = [None] * n
         kind: list = [None] * n
-        drawings = asy_keys(problems).to_pylist() if any(self.drawings) else [""] * n
-
-        def other_figure(row: int, item: int) -> bool:  # the same words around another drawing: another problem
-            return bool(drawings[row]) and bool(self.drawings[item]) and drawings[row] != self.drawings[item]
-
         canon = canonical(problems)  # once: the sequence keys, the n-grams and the numbers all read it
         toks = tokens(problems, canon)
+        exact_rows = np.zeros(0, np.int64)
         if cfg.exact and (self.exact or self.sequence):
-            keys = exact_key(problems).to_pylist()
-            seqs = sequence_keys(problems, toks) if self.sequence else [""] * n
-            for i, (k, q) in enumerate(zip(keys, seqs, strict=True)):
-                item = self.exact.get(k) if k else None
-                if item is None and q:
-                    item = self.sequence.get(q)
-                if item is not None and not other_figure(i, item):
-                    bench[i], bid[i], kind[i] = self.names[item], self.ids[item], "exact"
-        if len(self.hashes) == 0:
-            return bench, bid, kind
-        h, r = ngram_hashes(problems, self.ngram, short_docs=False, toks=toks)
-        if len(h) == 0:
-            return bench, bid, kind
-        # distinct n-grams per row
-        hr = np.unique(np.stack([h, r.astype(np.uint64)]), axis=1)
-        h, r = hr[0], hr[1].astype(np.int64)
-        pos = np.searchsorted(self.hashes, h)
-        found = (pos < len(self.hashes)) & (self.hashes[np.minimum(pos, len(self.hashes) - 1)] == h)
-        if not found.any():
-            return bench, bid, kind
-        # every (row, benchmark item) pair sharing an n-gram; a hash may belong to several items
-        hit_pos, hit_rows = pos[found], r[found]
-        ends = np.searchsorted(self.hashes, h[found], side="right")
-        counts = ends - hit_pos
-        rows_rep = np.repeat(hit_rows, counts)
-        items = self.owner[np.concatenate([np.arange(s, e) for s, e in zip(hit_pos, ends, strict=False)])]
-        pair_keys, shared = np.unique(np.stack([rows_rep, items]), axis=1, return_counts=True)
-        item_size = self.sizes[pair_keys[1]]
-        floor = np.minimum(cfg.min_shared, item_size)  # an item with 2 n-grams needs both
-        strong = shared >= np.maximum(floor, np.ceil(cfg.min_overlap * item_size))
-        weak = shared >= np.maximum(floor, np.ceil(cfg.min_overlap_numbers * item_size))
-        row_numbers: list | None = None
-        for row, item, is_strong, is_weak in zip(pair_keys[0].tolist(), pair_keys[1].tolist(), strong, weak, strict=False):
-            if kind[row] is not None or not (is_strong or is_weak) or other_figure(row, item):
+            item = np.full(n, -1, np.int64)
+            if self.exact:
+                keys, items = self._lookup("exact")
+                ids = content_ids(problems) if ids is None else ids
+                at = pc.fill_null(pc.index_in(ids, value_set=keys), -1).to_numpy(zero_copy_only=False)
+                item[at >= 0] = items[at[at >= 0]]
+            if self.sequence:
+                keys, items = self._lookup("sequence")
+                at = pc.fill_null(pc.index_in(sequence_array(problems, toks), value_set=keys), -1)
+                at = at.to_numpy(zero_copy_only=False)
+                hit = (item < 0) & (at >= 0)
+                item[hit] = items[at[hit]]
+            exact_rows = np.nonzero(item >= 0)[0]
+        pair_rows = pair_items = np.zeros(0, np.int64)
+        strong = weak = np.zeros(0, bool)
+        if len(self.hashes):
+            h, r = ngram_hashes(problems, self.ngram, short_docs=False, toks=toks)
+            pos = np.searchsorted(self.hashes, h)
+            found = (pos < len(self.hashes)) & (self.hashes[np.minimum(pos, len(self.hashes) - 1)] == h)
+            if found.any():
+                # distinct n-grams per row, among those indexed
+                hr = np.unique(np.stack([h[found], r[found].astype(np.uint64)]), axis=1)
+                h, hit_rows = hr[0], hr[1].astype(np.int64)
+                hit_pos = np.searchsorted(self.hashes, h)
+                ends = np.searchsorted(self.hashes, h, side="right")
+                # every (row, benchmark item) pair sharing an n-gram; a hash may belong to several items
+                rows_rep = np.repeat(hit_rows, ends - hit_pos)
+                items = self.owner[np.concatenate([np.arange(s, e) for s, e in zip(hit_pos, ends, strict=True)])]
+                pair_keys, shared = np.unique(np.stack([rows_rep, items]), axis=1, return_counts=True)
+                item_size = self.sizes[pair_keys[1]]
+                floor = np.minimum(cfg.min_shared, item_size)  # an item with 2 n-grams needs both
+                strong = shared >= np.maximum(floor, np.ceil(cfg.min_overlap * item_size))
+                weak = shared >= np.maximum(floor, np.ceil(cfg.min_overlap_numbers * item_size))
+                keep = strong | weak
+                pair_rows, pair_items, strong, weak = pair_keys[0][keep], pair_keys[1][keep], strong[keep], weak[keep]
+        drawings: dict[int, str] = {}
+        if any(self.drawings):  # only the rows with a candidate item
+            cand = np.union1d(exact_rows, pair_rows)
+            drawings = dict(zip(cand.tolist(), asy_keys(pc.take(problems, pa.array(cand))).to_pylist(), strict=True))
+
+        def other_figure(row: int, item: int) -> bool:  # the same words around another drawing: another problem
+            return bool(drawings.get(row)) and bool(self.drawings[item]) and drawings[row] != self.drawings[item]
+
+        for row in exact_rows.tolist():
+            it = int(item[row])
+            if not other_figure(row, it):
+                bench[row], bid[row], kind[row] = self.names[it], self.ids[it], "exact"
+        for row, it, is_strong in zip(pair_rows.tolist(), pair_items.tolist(), strong.tolist(), strict=True):
+            if kind[row] is not None or other_figure(row, it):
                 continue
-            nums = self.numbers[item]
+            nums = self.numbers[it]
             telling = len(nums) >= 2 and any(len(x) >= 2 for x in nums)  # "1, 2, 3" is in every other problem
             if not is_strong and not telling:
                 continue
-            if nums and cfg.require_numbers:  # a copy keeps the problem's numbers; a template's sibling does not
-                if row_numbers is None:
-                    row_numbers = [_numbers(c) for c in canon.to_pylist()]
-                if nums - row_numbers[row]:  # some number of the item (or one of its repeats) is missing
-                    continue
-            bench[row], bid[row], kind[row] = self.names[item], self.ids[item], "ngram"
+            # a copy keeps the problem's numbers; a template's sibling does not: some number of the item (or one of
+            # its repeats) missing from the row
+            if nums and cfg.require_numbers and nums - _numbers(canon[row].as_py()):
+                continue
+            bench[row], bid[row], kind[row] = self.names[it], self.ids[it], "ngram"
         return bench, bid, kind
 
 
@@ -224,8 +263,8 @@ def init_matcher(index: BenchmarkIndex, cfg: DecontamConfig) -> None:
     _WORKER["index"], _WORKER["cfg"] = index, cfg
 
 
-def match_batch(problems: pa.Array | pa.ChunkedArray) -> tuple[pa.Array, pa.Array, pa.Array]:
-    """``BenchmarkIndex.match`` with the index and config ``init_matcher`` gave this process, as string arrays
-    (benchmark, benchmark id, kind; null where no match): arrays travel between processes as buffers."""
-    bench, bid, kind = _WORKER["index"].match(problems, _WORKER["cfg"])
+def match_batch(batch: tuple[pa.Array | pa.ChunkedArray, pa.Array | pa.ChunkedArray]) -> tuple[pa.Array, pa.Array, pa.Array]:
+    """``BenchmarkIndex.match`` of (problems, ids) with the index and config ``init_matcher`` gave this process, as
+    string arrays (benchmark, benchmark id, kind; null where no match): arrays travel between processes as buffers."""
+    bench, bid, kind = _WORKER["index"].match(batch[0], _WORKER["cfg"], batch[1])
     return pa.array(bench, pa.string()), pa.array(bid, pa.string()), pa.array(kind, pa.string())

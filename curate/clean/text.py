@@ -16,6 +16,7 @@ so the same text gives the same hashes in every run and on every machine.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 
 import numpy as np
 import pyarrow as pa
@@ -44,8 +45,12 @@ def exact_key(col: pa.Array | pa.ChunkedArray) -> pa.Array:
 
 def content_ids(col: pa.Array | pa.ChunkedArray) -> pa.Array:
     """Stable 16-hex-char id of each string's exact key (sha1; nulls hash as empty)."""
-    keys = exact_key(col).to_pylist()
-    return pa.array([hashlib.sha1((k or "").encode("utf-8", "surrogatepass")).hexdigest()[:16] for k in keys])
+    return pa.array([content_id(k or "") for k in exact_key(col).to_pylist()])
+
+
+def content_id(key: str) -> str:
+    """The content id of one ``exact_key``."""
+    return hashlib.sha1(key.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
 # Typesetting that changes the look, not the problem: environments, spacing, sizing, fonts, delimiters.
@@ -72,6 +77,10 @@ _SYNONYMS = [
 # Not the statement: drawing code (one copy of an AIME problem carries the AoPS diagram's [asy] source, another
 # does not) and a trailing wiki credit ("~MRENTHUSIASM", "~ pi_is_3.14").
 _NOT_STATEMENT = r"(?s)\[asy\].*?\[/asy\]|\s~\s?[a-z][\w.]*(?:\s*,\s*[a-z][\w.]*)*\s*$"
+# What a row must hold for any of ``_rare_rewrites`` to change it (drawing code, wiki credit, fraction, binomial, root,
+# degree, synonym): a row that holds none of these goes through none of them unchanged, so they are skipped for it.
+_RARE = (r"\[asy\]|~|frac|binom|\\sqrt|\\circ|°|dots|\.\.\.|…|\\le|≤|\\ge|≥|\\ne|≠|\\times|×|\\div|÷|\\cdot|·|⋅|−|–"
+         r"|[0-9]\.[0-9]")
 # Question words dropped from the word-sequence key: rewording "Compute" as "Find" or "What is" does not
 # make another problem.
 _ASK_WORDS = frozenset("find compute calculate evaluate determine simplify what whats is are the value of work out "
@@ -91,6 +100,13 @@ def canonical(col: pa.Array | pa.ChunkedArray) -> pa.Array:
     ``\\le``) stay.
     """
     s = pc.utf8_lower(pc.utf8_normalize(pc.fill_null(col, ""), "NFKC"))
+    s = _where(s, _RARE, _rare_rewrites)
+    s = pc.replace_substring_regex(s, _TYPESETTING, " ")
+    return _where(s, r"[0-9](?:\{,\}|,)[0-9]", _thousands)
+
+
+def _rare_rewrites(s: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+    """The rewrites of ``canonical`` before the typesetting is removed, in order (see ``_RARE``)."""
     s = pc.replace_substring_regex(s, _NOT_STATEMENT, " ")
     s = pc.replace_substring_regex(s, r"\\[dt]frac", r"\\frac")
     s = pc.replace_substring_regex(s, r"\\[dt]binom", r"\\binom")
@@ -101,10 +117,30 @@ def canonical(col: pa.Array | pa.ChunkedArray) -> pa.Array:
     s = pc.replace_substring_regex(s, r"\^\s*\{?\s*\\circ\s*\}?|°", " deg ")
     for pattern, word in _SYNONYMS:
         s = pc.replace_substring_regex(s, pattern, word)
-    s = pc.replace_substring_regex(s, _TYPESETTING, " ")
+    return s
+
+
+def _thousands(s: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
     for _ in range(2):  # 1,000 and 1{,}000 are 1000; twice for 12,345,678
         s = pc.replace_substring_regex(s, r"([0-9])(?:\{,\}|,)([0-9]{3})\b", r"\1\2")
     return s
+
+
+def _where(s: pa.Array | pa.ChunkedArray, need: str, rewrite: Callable) -> pa.Array:
+    """``rewrite(s)`` computed only for the rows that match ``need``, a pattern every row the rewrite would change
+    must match; the other rows are returned as they are. Each regex pass costs about as much per row whether it
+    matches or not, and most rows need none of the rare rewrites."""
+    s = s.combine_chunks() if isinstance(s, pa.ChunkedArray) else s
+    hit = pc.match_substring_regex(s, need)
+    at = np.flatnonzero(hit.to_numpy(zero_copy_only=False))
+    if len(at) == 0:
+        return s
+    if len(at) == len(s):
+        return rewrite(s)
+    # scatter the rewritten rows back: for each row, its index into (originals + rewrites)
+    index = np.arange(len(s), dtype=np.int64)
+    index[at] = len(s) + np.arange(len(at), dtype=np.int64)
+    return pa.concat_arrays([s, rewrite(s.take(pa.array(at)))]).take(pa.array(index))
 
 
 def tokens(col: pa.Array | pa.ChunkedArray, canon: pa.Array | None = None) -> pa.ListArray:
@@ -116,14 +152,18 @@ def tokens(col: pa.Array | pa.ChunkedArray, canon: pa.Array | None = None) -> pa
     ``a ^ 2 b``); every other run of characters (braces, punctuation) is a separator.
     """
     s = canonical(col) if canon is None else canon
-    s = pc.replace_substring_regex(s, r"\\([a-z]+)", r" \1 ")
+    s = _where(s, r"\\[a-z]", lambda x: pc.replace_substring_regex(x, r"\\([a-z]+)", r" \1 "))
     s = pc.replace_substring_regex(s, r"([+\-*/=<>^!|()\[\]'])", r" \1 ")
-    s = pc.replace_substring_regex(s, r"([0-9])([a-z])", r"\1 \2")
-    s = pc.replace_substring_regex(s, r"([a-z])([0-9])", r"\1 \2")
+    s = _where(s, r"[0-9][a-z]|[a-z][0-9]", _split_letters_digits)
     s = pc.utf8_trim_whitespace(pc.replace_substring_regex(s, r"[^\p{L}\p{N}+\-*/=<>^!|()\[\]']+", " "))
     s = pc.if_else(pc.equal(s, ""), pa.scalar(None, pa.string()), s)  # "" would split into [""]
     out = pc.utf8_split_whitespace(s)
     return out.combine_chunks() if isinstance(out, pa.ChunkedArray) else out
+
+
+def _split_letters_digits(s: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+    s = pc.replace_substring_regex(s, r"([0-9])([a-z])", r"\1 \2")
+    return pc.replace_substring_regex(s, r"([a-z])([0-9])", r"\1 \2")
 
 
 def sequence_keys(col: pa.Array | pa.ChunkedArray, toks: pa.ListArray | None = None) -> list[str]:
@@ -133,6 +173,11 @@ def sequence_keys(col: pa.Array | pa.ChunkedArray, toks: pa.ListArray | None = N
     Equal keys mean the same statement up to formatting and the wording of the ask, which protects short
     items that have too few words for an n-gram rule.
     """
+    return sequence_array(col, toks).to_pylist()
+
+
+def sequence_array(col: pa.Array | pa.ChunkedArray, toks: pa.ListArray | None = None) -> pa.Array:
+    """``sequence_keys`` as an arrow string array."""
     toks = tokens(col) if toks is None else toks
     flat = toks.flatten()
     keep = pc.invert(pc.is_in(flat, value_set=_ASK_ARRAY))
@@ -140,8 +185,7 @@ def sequence_keys(col: pa.Array | pa.ChunkedArray, toks: pa.ListArray | None = N
     starts = np.r_[0, np.cumsum(counts)]
     kept_before = np.r_[0, np.cumsum(keep.to_numpy(zero_copy_only=False).astype(np.int64))]
     offsets = pa.array(kept_before[starts].astype(np.int32))
-    joined = pc.binary_join(pa.ListArray.from_arrays(offsets, flat.filter(keep)), " ")
-    return joined.to_pylist()
+    return pc.binary_join(pa.ListArray.from_arrays(offsets, flat.filter(keep)), " ")
 
 
 def asy_keys(col: pa.Array | pa.ChunkedArray) -> pa.Array:
