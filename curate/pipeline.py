@@ -353,7 +353,8 @@ def dedup_stage(inputs: list[Path], out: Path, cfg: DedupConfig | None = None, f
                 u, v, agree, strict, groups, mixed = dedup_disk.pairs(w)
             rows = w
             run.extra["dedup_work"] = {"shards": len(w.rows), "key_ranges_per_band": w.parts,
-                                       "id_groups": int(len(groups)), "id_groups_paired_by_row": int(len(mixed))}
+                                       "id_groups": int(len(groups)), "id_groups_paired_by_row": int(len(mixed)),
+                                       "rows_with_signatures": int(sum(w.entries)) if cfg.near else 0}
         n = rows.n
         nodes = np.unique(np.r_[u, v])  # the rows that have a pair (a group's first row stands for the group)
         cu, cv = np.searchsorted(nodes, u), np.searchsorted(nodes, v)
@@ -485,9 +486,10 @@ def _dedup_config(cfg: DedupConfig) -> dict:
 
 
 def dedup_shard_jobs(inputs: list[Path], out: Path, cfg: DedupConfig | None = None) -> list[dedup_disk.ShardJob] | None:
-    """Claim a dedup output folder and list its per-shard jobs (``dedup_disk.shard_work``), for a scheduler that
-    runs them as tasks of its own (the Prefect flow on Ray); ``dedup_stage`` then finds their files and goes on
-    from there. None when the folder already holds the complete output, or the engine is not ``disk``."""
+    """Claim a dedup output folder and list its per-shard jobs, for a scheduler that runs them as tasks of its own
+    (the Prefect flow on Ray: ``dedup_disk.shard_ids`` for each, ``dedup_disk.prepare`` once, then
+    ``dedup_disk.shard_work`` for each); ``dedup_stage`` then finds their files and goes on from there. None when
+    the folder already holds the complete output, or the engine is not ``disk``."""
     from curate.core.runner import Runner
 
     cfg = cfg or DedupConfig()

@@ -137,11 +137,25 @@ def _dedup_jobs(inputs: list[str], out: str, cfg) -> list:
     return dedup_shard_jobs([Path(x) for x in inputs], Path(out), cfg) or []
 
 
+def _dedup_ids(job) -> int:
+    """One input shard's content ids, golds and text hashes, sorted (``curate.clean.dedup_disk.shard_ids``)."""
+    from curate.clean.dedup_disk import shard_ids
+
+    return shard_ids(job)
+
+
+def _dedup_groups(jobs: list) -> int:
+    """The exact groups, and per shard the rows no signature is needed for (``curate.clean.dedup_disk.prepare``)."""
+    from curate.clean.dedup_disk import prepare
+
+    return int(prepare(jobs, jobs[0].cfg).stands_in.sum())
+
+
 def _dedup_shard(job) -> int:
     """One input shard's signatures, features and band files (``curate.clean.dedup_disk.shard_work``)."""
     from curate.clean.dedup_disk import shard_work
 
-    return shard_work(job)
+    return shard_work(job)[0]
 
 
 def _difficulty_summary(m, out: str, **extra) -> dict:
@@ -243,6 +257,8 @@ def build_flow(cfg: FlowConfig, api_url: str | None = None, progress: bool = Fal
     ingest_t = task(_ingest, name="ingest", cache_policy=NO_CACHE)
     stage_t = task(_stage, name="stage", cache_policy=NO_CACHE)
     dedup_jobs_t = task(_dedup_jobs, name="dedup shards", cache_policy=NO_CACHE)
+    dedup_ids_t = task(_dedup_ids, name="dedup ids", cache_policy=NO_CACHE)
+    dedup_groups_t = task(_dedup_groups, name="dedup groups", cache_policy=NO_CACHE)
     dedup_shard_t = task(_dedup_shard, name="dedup shard", cache_policy=NO_CACHE)
     difficulty_t = task(_difficulty, name="difficulty", cache_policy=NO_CACHE, retries=cfg.sampler_retries,
                         retry_delay_seconds=list(cfg.retry_delays_s))
@@ -295,8 +311,12 @@ def build_flow(cfg: FlowConfig, api_url: str | None = None, progress: bool = Fal
             plan.append(("decontam", "3_decontam", cfg.curate.decontam))
         plan.append(("dedup", "4_dedup", cfg.curate.dedup))
         for kind, folder, scfg in plan:
-            if kind == "dedup" and cfg.runner == "ray":  # the shards' signatures as tasks across the cluster
+            if kind == "dedup" and cfg.runner == "ray":  # the shards' ids, then signatures, as tasks across the cluster
                 jobs = dedup_jobs_t.submit(last, str(stages / folder), scfg).result()
+                id_futures = [dedup_ids_t.with_options(name=f"dedup ids {j.index}").submit(j) for j in jobs]
+                [f.result() for f in id_futures]
+                if jobs:
+                    dedup_groups_t.submit(jobs).result()
                 shard_futures = [dedup_shard_t.with_options(name=f"dedup shard {j.index}").submit(j) for j in jobs]
                 summary["dedup_shard_tasks"] = len([f.result() for f in shard_futures])
             r = stage_t.with_options(name=kind).submit(kind, last, str(stages / folder), scfg).result()

@@ -64,26 +64,53 @@ FEATURES = pa.schema([("id", pa.string()), ("source", pa.string()), ("source_id"
                       ("stmt", pa.uint64())])
 
 
-def features(t: pa.Table, cfg: DedupConfig, prio: dict[str, int]) -> tuple[pa.Table, np.ndarray | None]:
+def features(t: pa.Table, cfg: DedupConfig, prio: dict[str, int],
+             some: np.ndarray | None = None) -> tuple[pa.Table, np.ndarray | None]:
     """What dedup reads of a batch of rows: the features table (``FEATURES``) and the MinHash signatures (or None
-    when near dedup is off). Both engines compute them here."""
-    canon = canonical(t["problem"])  # once a batch: numbers, tokens, keys and shingles read it
-    toks = tokens(t["problem"], canon)
-    nums = number_strings(t["problem"], canon)
-    asy = asy_keys(t["problem"])
+    when near dedup is off). Both engines compute them here. ``some``: a mask of the rows whose text features
+    (``TEXT_FEATURES``) and signature are computed; the others' are null and zero (the rows an exact group's first
+    row stands for, which no later step reads)."""
     gold = pc.fill_null(t["answer"], "")
-    feat = pa.table({
-        "id": t["id"], "source": t["source"], "source_id": t["source_id"], "gold": gold, "digits": nums,
+    cheap = {
+        "id": t["id"], "source": t["source"], "source_id": t["source_id"], "gold": gold,
         "rank": pa.array([prio.get(s, len(prio)) for s in t["source"].to_pylist()], pa.int64()),
         "idh": hash_strings(t["id"]),
         "gh": hash_strings(gold),
         "ans": hash_strings(pc.replace_substring_regex(gold, r"\s+", "")),
         "year": pc.fill_null(t["year"], -1).cast(pa.int64()),
+    }
+    if some is None or some.all():
+        text, sig = _text_features(t["problem"], cfg)
+        return pa.table({**cheap, **text}, schema=FEATURES), sig
+    at = np.flatnonzero(some)
+    text, part = _text_features(pc.take(t["problem"], pa.array(at)), cfg)
+    index = np.full(t.num_rows, len(at), np.int64)  # a row not computed takes the null appended below
+    index[at] = np.arange(len(at))
+    for k, v in text.items():
+        v = pa.array(v) if isinstance(v, np.ndarray) else v
+        text[k] = pa.concat_arrays([v, pa.nulls(1, v.type)]).take(pa.array(index))
+    sig = None
+    if part is not None:
+        sig = np.zeros((t.num_rows, part.shape[1]), np.uint32)
+        sig[at] = part
+    return pa.table({**cheap, **text}, schema=FEATURES), sig
+
+
+TEXT_FEATURES = ("digits", "numh", "draw", "stmt")  # read from the statement's text (with the signature)
+
+
+def _text_features(problems: pa.Array | pa.ChunkedArray, cfg: DedupConfig) -> tuple[dict, np.ndarray | None]:
+    canon = canonical(problems)  # once a batch: numbers, tokens, keys and shingles read it
+    toks = tokens(problems, canon)
+    nums = number_strings(problems, canon)
+    asy = asy_keys(problems)
+    text = {
+        "digits": nums,
         "numh": hash_strings(nums),
         "draw": np.where(pc.equal(asy, "").to_numpy(zero_copy_only=False), np.uint64(0), hash_strings(asy)),
-        "stmt": hash_strings(pa.array(sequence_keys(t["problem"], toks), pa.string())),
-    }, schema=FEATURES)
-    return feat, (minhash(t["problem"], cfg, toks) if cfg.near else None)
+        "stmt": hash_strings(pa.array(sequence_keys(problems, toks), pa.string())),
+    }
+    return text, (minhash(problems, cfg, toks) if cfg.near else None)
 
 
 def _counts(digits: pa.Array | pa.ChunkedArray) -> np.ndarray:
@@ -107,46 +134,78 @@ class ShardJob:
     prio: tuple[tuple[str, int], ...]
 
 
-def shard_work(job: ShardJob) -> int:
-    """Step 1 for one input shard (see the module); returns its rows. Skips a shard whose files are all there."""
-    work, i, cfg = Path(job.work), job.index, job.cfg
+def shard_ids(job: ShardJob) -> int:
+    """Step 1a for one input shard: its rows' content ids, golds, years, source ranks and a hash of their text,
+    sorted by content id (``exact_NNNNN``); returns its rows. Cheap: no canonical form, no signature. Skips a shard
+    whose files are there."""
+    work, i = Path(job.work), job.index
     work.mkdir(parents=True, exist_ok=True)
-    done = work / f"done_{i:05d}.json"
+    done = work / f"ids_{i:05d}.json"
     if done.exists():
         return int(json.loads(done.read_text())["rows"])
     prio = dict(job.prio)
+    parts = []
+    for rb in pq.ParquetFile(job.path).iter_batches(batch_size=65_536, columns=["id", "source", "answer", "problem",
+                                                                                 "year"]):
+        e = np.empty(rb.num_rows, EXACT)
+        e["idh"], e["gh"] = hash_strings(rb["id"]), hash_strings(pc.fill_null(rb["answer"], ""))
+        # two spellings of one content id ("$A B C$", "$ABC$") may differ in what dedup reads of the text: only
+        # rows of the same text stand for one another
+        e["fh"] = _mix(hash_strings(rb["problem"]))
+        e["year"] = pc.fill_null(rb["year"], -1).cast(pa.int64()).to_numpy(zero_copy_only=False)
+        e["rank"] = [prio.get(s, len(prio)) for s in rb["source"].to_pylist()]
+        parts.append(e)
+    exact = np.concatenate(parts) if parts else np.zeros(0, EXACT)
+    m = len(exact)
+    exact["row"] = np.arange(job.offset, job.offset + m, dtype=np.int64)
+    exact = exact[np.lexsort((exact["row"], exact["idh"]))]
+    _save_sorted(work, f"exact_{i:05d}", exact, exact["idh"][None, :])
+    done.write_text(json.dumps({"rows": m}))
+    return m
+
+
+def shard_work(job: ShardJob) -> tuple[int, int]:
+    """Step 1b for one input shard (see the module), for the rows no other row stands for (``stand_NNNNN.npy``, from
+    ``prepare``); returns its rows and its band entries. Skips a shard whose files are all there."""
+    work, i, cfg = Path(job.work), job.index, job.cfg
+    done = work / f"done_{i:05d}.json"
+    if done.exists():
+        d = json.loads(done.read_text())
+        return int(d["rows"]), int(d["entries"])
+    prio = dict(job.prio)
+    stand = np.load(work / f"stand_{i:05d}.npy")
     feats, sigs = [], []
+    start = 0
     for rb in pq.ParquetFile(job.path).iter_batches(batch_size=65_536, columns=READ_COLUMNS):
-        feat, sig = features(pa.Table.from_batches([rb]), cfg, prio)
+        feat, sig = features(pa.Table.from_batches([rb]), cfg, prio, ~stand[start : start + rb.num_rows])
+        start += rb.num_rows
         feats.append(feat)
         if sig is not None:
             sigs.append(sig)
     feat = pa.concat_tables(feats) if feats else FEATURES.empty_table()
     m = feat.num_rows
-    rows = np.arange(job.offset, job.offset + m, dtype=np.int64)
-    idh = feat["idh"].to_numpy()
+    if m != len(stand):
+        raise RuntimeError(f"dedup: shard {i} holds {m} rows, its first step read {len(stand)}")
     tmp = work / f"feat_{i:05d}.parquet.tmp"
     pq.write_table(feat, tmp, compression="zstd")
     os.replace(tmp, work / f"feat_{i:05d}.parquet")
-    exact = np.empty(m, EXACT)
-    exact["idh"], exact["row"], exact["gh"] = idh, rows, feat["gh"].to_numpy()
-    exact["year"], exact["rank"] = feat["year"].to_numpy(), feat["rank"].to_numpy()
-    sig = np.concatenate(sigs) if sigs else np.zeros((0, cfg.num_perm if cfg.near else 0), np.uint32)
-    exact["fh"] = _statement_hash(sig, feat)
-    exact = exact[np.lexsort((rows, idh))]
-    _save_sorted(work, f"exact_{i:05d}", exact, exact["idh"][None, :])
+    own = np.flatnonzero(~stand)  # the rows with a signature and band entries
     if cfg.near:
+        sig = np.concatenate(sigs) if sigs else np.zeros((0, cfg.num_perm), np.uint32)
         _save(work / f"sig_{i:05d}.npy", sig)
-        bands = np.empty((cfg.bands, m), ENTRY)
-        numh, cnt = feat["numh"].to_numpy(), _counts(feat["digits"])
+        sig = sig[own]
+        bands = np.empty((cfg.bands, len(own)), ENTRY)
+        rows, idh = own + job.offset, feat["idh"].to_numpy()[own]
+        mine = feat.select(["numh", "digits"]).take(pa.array(own))  # no nulls: to_numpy keeps uint64
+        numh, cnt = mine["numh"].to_numpy(), _counts(mine["digits"])
         for b in range(cfg.bands):
             e = bands[b]
             keys = _band_keys(sig, b, cfg)
             e["hi"], e["lo"], e["row"], e["idh"], e["numh"], e["cnt"] = keys[:, 0], keys[:, 1], rows, idh, numh, cnt
             bands[b] = e[np.lexsort((e["lo"], e["hi"]))]  # stable: rows stay in order within a key
         _save_sorted(work, f"bands_{i:05d}", bands, bands["hi"])
-    done.write_text(json.dumps({"rows": m}))
-    return m
+    done.write_text(json.dumps({"rows": m, "entries": int(len(own)) if cfg.near else 0}))
+    return m, int(len(own)) if cfg.near else 0
 
 
 def _mix(x: np.ndarray) -> np.ndarray:
@@ -155,15 +214,6 @@ def _mix(x: np.ndarray) -> np.ndarray:
         x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
         x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
         return x ^ (x >> np.uint64(31))
-
-
-def _statement_hash(sig: np.ndarray, feat: pa.Table) -> np.ndarray:
-    """Per row, a uint64 of its signature, numbers, drawing and statement key (see ``EXACT``)."""
-    h = _mix(feat["numh"].to_numpy() ^ _mix(feat["draw"].to_numpy() ^ _mix(feat["stmt"].to_numpy())))
-    with np.errstate(over="ignore"):
-        for j in range(sig.shape[1]):
-            h = _mix(h ^ sig[:, j].astype(np.uint64))
-    return h
 
 
 def _band_keys(sig: np.ndarray, band: int, cfg: DedupConfig) -> np.ndarray:
@@ -247,9 +297,11 @@ class Work:
         self.folder, self.cfg, self.rows = folder, cfg, rows
         self.offsets = np.r_[0, np.cumsum(rows)].astype(np.int64)
         self.n = int(self.offsets[-1])
+        self.entries = list(rows)  # band entries per shard (``shard_work``: the rows no other row stands for)
         self.parts = parts_for(self.n)
         # the rows a group's first row stands for (``exact_groups``): one byte a row, the only per-row array held
         self.stands_in = np.zeros(self.n, bool)
+        self.exact: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None  # ``exact_groups()``
 
     def _cuts(self, kind: str, row: int) -> list[np.ndarray]:
         """Where each key range starts in row ``row`` of every shard's sorted ``kind`` file."""
@@ -261,7 +313,7 @@ class Work:
         order (``cuts``: ``_cuts(kind, row)``)."""
         step = RANGES // self.parts
         out = []
-        for i, m in enumerate(self.rows):
+        for i, m in enumerate(self.entries if kind == "bands" else self.rows):
             a, b = int(cuts[i][part * step]), int(cuts[i][(part + 1) * step])
             if b > a:
                 out.append(_read_range(self.folder / f"{kind}_{i:05d}.bin", dtype, row * m + a, row * m + b))
@@ -309,12 +361,11 @@ class Work:
     def band_pairs(self, band: int) -> tuple[np.ndarray, np.ndarray]:
         """The band's collisions, each row with the first row of its key, that may be near pairs: another content
         id, and (with ``require_same_numbers``) the same numbers or not as many of them (one may hold the other's).
-        A group of ``exact_groups`` takes part by its first row only (``stands_in``)."""
+        A group of ``exact_groups`` takes part by its first row only: the band files hold no row it stands for."""
         us, vs = [], []
         cuts = self._cuts("bands", band)
         for p in range(self.parts):
-            seg = self._slices("bands", band, p, ENTRY, cuts)
-            seg = _shared(seg[~self.stands_in[seg["row"]]], "hi")
+            seg = _shared(self._slices("bands", band, p, ENTRY, cuts), "hi")
             seg = seg[np.lexsort((seg["row"], seg["lo"], seg["hi"]))]
             later, first = _groups([seg["hi"], seg["lo"]])
             a, b = seg[later], seg[first]
@@ -328,6 +379,8 @@ class Work:
     def columns(self, rows: np.ndarray, names: list[str]) -> dict[str, np.ndarray]:
         """The feature columns ``names`` of ``rows`` (any order, repeats allowed), read shard by shard."""
         uniq, inv = np.unique(rows, return_inverse=True)
+        if set(names) & set(TEXT_FEATURES) and self.stands_in[uniq].any():
+            raise RuntimeError("dedup: text features read for a row its group's first row stands for (not computed)")
         out: dict[str, list] = {k: [] for k in names}
         shard = self._shard_of(uniq)
         for i in np.unique(shard).tolist():
@@ -389,25 +442,47 @@ def jobs(shards: list[Path], work: Path, cfg: DedupConfig, prio: dict[str, int])
     return [ShardJob(i, str(p), offsets[i], str(work), cfg, tuple(prio.items())) for i, p in enumerate(shards)]
 
 
+def prepare(todo: list[ShardJob], cfg: DedupConfig) -> Work:
+    """Step 2 once step 1a is done for every shard: the exact groups (``Work.exact_groups``), and for each shard the
+    rows a group's first row stands for (``stand_NNNNN.npy``), which step 1b skips."""
+    if not todo:
+        return Work(Path("."), cfg, [])
+    work = Path(todo[0].work)
+    rows = [int(json.loads((work / f"ids_{j.index:05d}.json").read_text())["rows"]) for j in todo]
+    w = Work(work, cfg, rows)
+    w.exact = w.exact_groups()
+    for j, m in zip(todo, rows, strict=True):
+        path = work / f"stand_{j.index:05d}.npy"
+        if not path.exists():
+            _save(path, w.stands_in[j.offset : j.offset + m])
+    return w
+
+
 def build(shards: list[Path], work: Path, cfg: DedupConfig, prio: dict[str, int], workers: int) -> Work:
-    """Step 1 over every input shard (in ``workers`` processes when there are several shards; shards whose files
-    are there already, from a killed run or from a scheduler's tasks, are not computed again)."""
-    from curate.core.parallel import ordered_map, usable_cores
+    """Steps 1a, 2 and 1b over every input shard (1a and 1b in ``workers`` processes when there are several shards;
+    shards whose files are there already, from a killed run or from a scheduler's tasks, are not computed again)."""
+    from curate.core.parallel import ordered_map, usable_cores, worker_pool
 
     work.mkdir(parents=True, exist_ok=True)
     todo = jobs(shards, work, cfg, prio)
     rows = [pq.ParquetFile(p).metadata.num_rows for p in shards]
-    got = list(ordered_map(shard_work, todo, min(workers or usable_cores(), max(len(todo), 1))))
-    if got != rows:
-        raise RuntimeError(f"dedup: the shards changed while read ({got} rows, expected {rows})")
-    return Work(work, cfg, rows)
+    with worker_pool(min(workers or usable_cores(), max(len(todo), 1))) as pool:
+        got = list(ordered_map(shard_ids, todo, pool=pool))
+        if got != rows:
+            raise RuntimeError(f"dedup: the shards changed while read ({got} rows, expected {rows})")
+        w = prepare(todo, cfg)
+        done = list(ordered_map(shard_work, todo, pool=pool))
+    if [r for r, _ in done] != rows:
+        raise RuntimeError(f"dedup: the shards changed while read ({done} rows, expected {rows})")
+    w.entries = [e for _, e in done]
+    return w
 
 
 def pairs(w: Work) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The candidate pairs ``(u, v, agree, strict)`` in the in-memory engine's order (exact pairs by row, then each
     band's new near pairs by row), with each group of ``exact_groups`` standing as its first row; and the groups
     and the sorted content id hashes of the groups paired row by row."""
-    groups, u, v, mixed = w.exact_groups()
+    groups, u, v, mixed = w.exact if w.exact is not None else w.exact_groups()
     order = np.argsort(u, kind="stable")
     us, vs, ag, st = [u[order]], [v[order]], [np.ones(len(u))], [np.ones(len(u), bool)]
     if w.cfg.near:

@@ -13,6 +13,7 @@ import os
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
 from typing import Any
 
 PARALLEL_MIN_ROWS = 200_000  # below this, starting the workers (about a second each) costs more than it saves
@@ -33,11 +34,26 @@ def workers_for(rows: int | None, workers: int = 0) -> int:
     return usable_cores() if rows is not None and rows >= PARALLEL_MIN_ROWS else 1
 
 
-def ordered_map(fn: Callable[[Any], Any], items: Iterable[Any], workers: int,
-                initializer: Callable[..., None] | None = None, initargs: tuple = ()) -> Iterator[Any]:
-    """``fn`` over ``items`` in ``workers`` processes, yielded in input order. ``initializer(*initargs)`` runs once
-    in each worker (and here when ``workers`` is 1): per-worker state such as an index. ``fn`` and ``initializer``
-    must be module-level functions."""
+@contextmanager
+def worker_pool(workers: int) -> Iterator[ProcessPoolExecutor | None]:
+    """``workers`` spawned processes that several ``ordered_map`` calls share (each process starts once: about a
+    second); None for one worker (work in this process)."""
+    if workers <= 1:
+        yield None
+        return
+    with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as ex:
+        yield ex
+
+
+def ordered_map(fn: Callable[[Any], Any], items: Iterable[Any], workers: int = 1,
+                initializer: Callable[..., None] | None = None, initargs: tuple = (),
+                pool: ProcessPoolExecutor | None = None) -> Iterator[Any]:
+    """``fn`` over ``items`` in ``workers`` processes (or in ``pool``'s, from ``worker_pool``), yielded in input
+    order. ``initializer(*initargs)`` runs once in each worker (and here when ``workers`` is 1): per-worker state
+    such as an index. ``fn`` and ``initializer`` must be module-level functions."""
+    if pool is not None:
+        yield from _bounded(pool, fn, items, 2 * getattr(pool, "_max_workers", usable_cores()))
+        return
     if workers <= 1:
         if initializer is not None:
             initializer(*initargs)
@@ -45,10 +61,15 @@ def ordered_map(fn: Callable[[Any], Any], items: Iterable[Any], workers: int,
         return
     with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"), initializer=initializer,
                              initargs=initargs) as ex:
-        pending: deque = deque()
-        for item in items:
-            pending.append(ex.submit(fn, item))
-            if len(pending) >= 2 * workers:
-                yield pending.popleft().result()
-        while pending:
+        yield from _bounded(ex, fn, items, 2 * workers)
+
+
+def _bounded(ex: ProcessPoolExecutor, fn: Callable[[Any], Any], items: Iterable[Any], most: int) -> Iterator[Any]:
+    """Results in input order, at most ``most`` items in flight: memory stays bounded by the batch size."""
+    pending: deque = deque()
+    for item in items:
+        pending.append(ex.submit(fn, item))
+        if len(pending) >= most:
             yield pending.popleft().result()
+    while pending:
+        yield pending.popleft().result()
