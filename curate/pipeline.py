@@ -30,7 +30,7 @@ from curate.clean.text import content_ids, repair_escapes
 from curate.core.config import ConfigError, check_keys, from_dict, load_file
 from curate.core.errors import SourceError
 from curate.core.manifest import Manifest
-from curate.core.parallel import PARALLEL_MIN_ROWS, ordered_map, workers_for
+from curate.core.parallel import PARALLEL_MIN_ROWS, ordered_map, worker_pool, workers_for
 from curate.core.runner import (
     StageError,
     StageRun,
@@ -343,14 +343,16 @@ def dedup_stage(inputs: list[Path], out: Path, cfg: DedupConfig | None = None, f
         prio = {s: i for i, s in enumerate(cfg.source_priority)}
         work = out / WORK
         groups, mixed = np.zeros(0, dedup_disk.GROUP), None  # the memory engine pairs every row itself
-        with run.timed("signatures"):
-            if cfg.engine == "memory":
+        if cfg.engine == "memory":
+            with run.timed("signatures"):
                 (u, v, agree, strict), rows = _memory_pairs(dirs, cfg, prio)
-            else:
-                w = dedup_disk.build([p for d in dirs for p in shard_paths(d)], work, cfg, prio, cfg.workers)
-        if cfg.engine != "memory":
-            with run.timed("pairs"):
-                u, v, agree, strict, groups, mixed = dedup_disk.pairs(w)
+        else:
+            shards = [p for d in dirs for p in shard_paths(d)]
+            with worker_pool(dedup_disk.pool_size(len(shards), cfg.workers)) as pool:  # shards, then bands
+                with run.timed("signatures"):
+                    w = dedup_disk.build(shards, work, cfg, prio, pool)
+                with run.timed("pairs"):
+                    u, v, agree, strict, groups, mixed = dedup_disk.pairs(w, pool)
             rows = w
             run.extra["dedup_work"] = {"shards": len(w.rows), "key_ranges_per_band": w.parts,
                                        "id_groups": int(len(groups)), "id_groups_paired_by_row": int(len(mixed)),

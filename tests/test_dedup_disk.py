@@ -84,6 +84,7 @@ def test_crafted_near_duplicates_across_shards_and_key_ranges(tmp_path, monkeypa
     dedup_stage(dirs, tmp_path / "mem", DedupConfig(engine="memory"))
     dedup_stage(dirs, tmp_path / "disk", DedupConfig(engine="disk", workers=1))
     monkeypatch.setattr(dedup_disk, "PART_ENTRIES", 3)  # 15 rows: every band split into 8 key ranges
+    monkeypatch.setattr(dedup_disk, "JUDGE_PAIRS", 1)  # and each band's pairs judged on their own
     dedup_stage(dirs, tmp_path / "ranges", DedupConfig(engine="disk", workers=1))
     mem, fates = _outcome(tmp_path / "mem")
     ids = {i: None for _, i, _, _ in ROWS}
@@ -103,6 +104,28 @@ def test_crafted_near_duplicates_across_shards_and_key_ranges(tmp_path, monkeypa
     conflicts = sorted(sorted(r["source_id"].split(":")[-1] for r in c["rows"]) for c in m["stats"]["gold_conflicts"])
     assert conflicts == [["v1", "v2"], ["x1", "x2", "x3"]]
     assert not (tmp_path / "ranges" / "work").exists()  # the scratch files go once the stage is done
+
+
+def test_band_entries_are_grouped_by_key_then_row_even_when_two_keys_share_a_word(monkeypatch):
+    """``_by_key`` sorts one 64-bit word of each 16-byte key; should two keys share it, it sorts the whole keys."""
+    # two shards' runs, each sorted by key: rows 0-4 and 10-12; keys (hi, lo): (5, 1) three times, (5, 2) twice,
+    # (9, 0) twice, (7, 7) once (no other entry: dropped)
+    seg = np.zeros(8, dedup_disk.ENTRY)
+    seg["hi"] = [5, 5, 5, 7, 9, 5, 5, 9]
+    seg["lo"] = [1, 1, 2, 7, 0, 1, 2, 0]
+    seg["row"] = [0, 1, 2, 4, 3, 10, 11, 12]
+
+    def groups(at):
+        keys = list(zip(seg["hi"][at].tolist(), seg["lo"][at].tolist(), strict=True))
+        return keys, seg["row"][at].tolist()
+
+    want = ([(5, 1)] * 3 + [(5, 2)] * 2 + [(9, 0)] * 2, [0, 1, 10, 2, 11, 3, 12])
+    by_word = groups(dedup_disk._by_key(seg))
+    assert sorted(zip(*by_word, strict=True)) == sorted(zip(*want, strict=True))  # keys in word order
+    for k in set(want[0]):  # within a key, rows in order
+        assert [r for kk, r in zip(*by_word, strict=True) if kk == k] == [r for kk, r in zip(*want, strict=True) if kk == k]
+    monkeypatch.setattr(dedup_disk, "_mix", lambda x: np.zeros_like(x))  # every key shares one word
+    assert groups(dedup_disk._by_key(seg)) == want  # sorted on the whole keys
 
 
 def test_parts_for_bounds_each_key_range():

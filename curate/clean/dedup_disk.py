@@ -9,7 +9,7 @@ follow the design of datatrove's MinHash pipeline (signatures, buckets, cluster,
 1. **Per shard, in worker processes** (``shard_work``). Each input shard writes:
    - ``feat_NNNNN.parquet``: the features every later step reads (content id, gold, source, year, numbers,
      drawing, statement key);
-   - ``sig_NNNNN.npy``: the signature, ``num_perm`` uint32 a row;
+   - ``sig_NNNNN.npy``: the signature, ``num_perm`` uint32 a row (of the rows no other row stands for);
    - ``bands_NNNNN.bin``: for each band, the band key (its ``rows`` hashes, 16 bytes) with the row, its content id
      hash and its numbers' hash and count, sorted by key;
    - ``exact_NNNNN.bin``: the content id hashes with gold, year and source rank, sorted;
@@ -192,8 +192,8 @@ def shard_work(job: ShardJob) -> tuple[int, int]:
     own = np.flatnonzero(~stand)  # the rows with a signature and band entries
     if cfg.near:
         sig = np.concatenate(sigs) if sigs else np.zeros((0, cfg.num_perm), np.uint32)
-        _save(work / f"sig_{i:05d}.npy", sig)
         sig = sig[own]
+        _save(work / f"sig_{i:05d}.npy", sig)
         bands = np.empty((cfg.bands, len(own)), ENTRY)
         rows, idh = own + job.offset, feat["idh"].to_numpy()[own]
         mine = feat.select(["numh", "digits"]).take(pa.array(own))  # no nulls: to_numpy keeps uint64
@@ -275,6 +275,33 @@ def _shared(seg: np.ndarray, field: str) -> np.ndarray:
     shared[1:] |= eq
     shared[:-1] |= eq
     return seg[order[shared]]
+
+
+def _by_key(seg: np.ndarray) -> np.ndarray:
+    """Where in ``seg`` (band entries: the shards' sorted runs, in shard order, so row order within a key) the entries
+    are whose key another entry shares, sorted by key then row. One word of the key (``_mix`` of both halves) is
+    sorted (quicksort; then each run of one word by position, which is row order); should two keys share that word
+    (never seen: 64 bits), the entries are sorted on the whole key instead."""
+    n = len(seg)
+    hi, lo = seg["hi"], seg["lo"]
+    word = _mix(hi ^ _mix(lo))
+    order = np.argsort(word)
+    w = word[order]
+    eq = w[1:] == w[:-1]
+    shared = np.zeros(n, bool)
+    shared[1:] |= eq
+    shared[:-1] |= eq
+    order, w = order[shared], w[shared]
+    if len(order):
+        run = np.cumsum(np.r_[True, w[1:] != w[:-1]]) - 1  # runs are in word order already
+        order = order[np.argsort((run.astype(np.uint64) << np.uint64(32)) | order.astype(np.uint64))]
+        w = word[order]
+    same = (hi[order][1:] == hi[order][:-1]) & (lo[order][1:] == lo[order][:-1])
+    if np.array_equal(same, w[1:] == w[:-1]) and n < 2**32:
+        return order
+    order = np.lexsort((seg["row"], lo, hi))
+    k = np.r_[False, (hi[order][1:] == hi[order][:-1]) & (lo[order][1:] == lo[order][:-1])]
+    return order[k | np.r_[k[1:], False]]
 
 
 def _groups(sorted_keys: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -365,15 +392,18 @@ class Work:
         us, vs = [], []
         cuts = self._cuts("bands", band)
         for p in range(self.parts):
-            seg = _shared(self._slices("bands", band, p, ENTRY, cuts), "hi")
-            seg = seg[np.lexsort((seg["row"], seg["lo"], seg["hi"]))]
-            later, first = _groups([seg["hi"], seg["lo"]])
-            a, b = seg[later], seg[first]
-            keep = a["idh"] != b["idh"]
+            seg = self._slices("bands", band, p, ENTRY, cuts)
+            at = _by_key(seg)
+            later, first = _groups([seg["hi"][at], seg["lo"][at]])
+            a, b = at[later], at[first]
+            idh = seg["idh"]
+            keep = idh[a] != idh[b]
             if self.cfg.require_same_numbers:
-                keep &= (a["numh"] == b["numh"]) | (a["cnt"] != b["cnt"])
-            us.append(a["row"][keep])
-            vs.append(b["row"][keep])
+                numh, cnt = seg["numh"], seg["cnt"]
+                keep &= (numh[a] == numh[b]) | (cnt[a] != cnt[b])
+            row = seg["row"]
+            us.append(row[a][keep])
+            vs.append(row[b][keep])
         return _cat(us), _cat(vs)
 
     def columns(self, rows: np.ndarray, names: list[str]) -> dict[str, np.ndarray]:
@@ -402,13 +432,18 @@ class Work:
         return out
 
     def signatures(self, rows: np.ndarray) -> np.ndarray:
-        """The signatures of sorted unique ``rows``, read shard by shard (only the pages that hold them)."""
+        """The signatures of sorted unique ``rows``, read shard by shard (only the pages that hold them). A shard's
+        signature file holds its rows that no other row stands for, in order."""
+        if self.stands_in[rows].any():
+            raise RuntimeError("dedup: a signature read for a row its group's first row stands for (not computed)")
         out = np.empty((len(rows), self.cfg.num_perm), np.uint32)
         shard = self._shard_of(rows)
         for i in np.unique(shard).tolist():
             sel = np.flatnonzero(shard == i)
+            a, b = int(self.offsets[i]), int(self.offsets[i + 1])
+            at = np.cumsum(~self.stands_in[a:b]) - 1  # each row's place in the file
             mm = np.load(self.folder / f"sig_{i:05d}.npy", mmap_mode="r")
-            out[sel] = mm[rows[sel] - self.offsets[i]]
+            out[sel] = mm[at[rows[sel] - a]]
             del mm
         return out
 
@@ -458,46 +493,87 @@ def prepare(todo: list[ShardJob], cfg: DedupConfig) -> Work:
     return w
 
 
-def build(shards: list[Path], work: Path, cfg: DedupConfig, prio: dict[str, int], workers: int) -> Work:
-    """Steps 1a, 2 and 1b over every input shard (1a and 1b in ``workers`` processes when there are several shards;
-    shards whose files are there already, from a killed run or from a scheduler's tasks, are not computed again)."""
-    from curate.core.parallel import ordered_map, usable_cores, worker_pool
+def pool_size(shards: int, workers: int) -> int:
+    """Worker processes for a run over ``shards`` input shards: ``workers``, or the usable cores (one: none)."""
+    from curate.core.parallel import usable_cores
+
+    return min(workers or usable_cores(), max(shards, 1))
+
+
+def build(shards: list[Path], work: Path, cfg: DedupConfig, prio: dict[str, int], pool=None) -> Work:
+    """Steps 1a, 2 and 1b over every input shard (1a and 1b in ``pool``'s processes, from ``worker_pool``, when
+    given; shards whose files are there already, from a killed run or from a scheduler's tasks, are not computed
+    again)."""
+    from curate.core.parallel import ordered_map
 
     work.mkdir(parents=True, exist_ok=True)
     todo = jobs(shards, work, cfg, prio)
     rows = [pq.ParquetFile(p).metadata.num_rows for p in shards]
-    with worker_pool(min(workers or usable_cores(), max(len(todo), 1))) as pool:
-        got = list(ordered_map(shard_ids, todo, pool=pool))
-        if got != rows:
-            raise RuntimeError(f"dedup: the shards changed while read ({got} rows, expected {rows})")
-        w = prepare(todo, cfg)
-        done = list(ordered_map(shard_work, todo, pool=pool))
+    got = list(ordered_map(shard_ids, todo, pool=pool))
+    if got != rows:
+        raise RuntimeError(f"dedup: the shards changed while read ({got} rows, expected {rows})")
+    w = prepare(todo, cfg)
+    w.folder = work
+    done = list(ordered_map(shard_work, todo, pool=pool))
     if [r for r, _ in done] != rows:
         raise RuntimeError(f"dedup: the shards changed while read ({done} rows, expected {rows})")
     w.entries = [e for _, e in done]
     return w
 
 
-def pairs(w: Work) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+JUDGE_PAIRS = 2_000_000  # band pairs judged at once (their signatures and features read shard by shard once)
+
+
+def _band_job(args: tuple[str, DedupConfig, list[int], list[int], int, int]) -> tuple[np.ndarray, np.ndarray]:
+    """``Work.band_pairs`` of one band, in a worker process."""
+    folder, cfg, rows, entries, parts, band = args
+    w = Work(Path(folder), cfg, rows)
+    w.entries, w.parts = entries, parts
+    return w.band_pairs(band)
+
+
+def pairs(w: Work, pool=None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The candidate pairs ``(u, v, agree, strict)`` in the in-memory engine's order (exact pairs by row, then each
     band's new near pairs by row), with each group of ``exact_groups`` standing as its first row; and the groups
-    and the sorted content id hashes of the groups paired row by row."""
+    and the sorted content id hashes of the groups paired row by row. ``pool``: worker processes (``worker_pool``)
+    that find the bands' pairs while this process judges the bands before them."""
+    from curate.core.parallel import ordered_map
+
     groups, u, v, mixed = w.exact if w.exact is not None else w.exact_groups()
     order = np.argsort(u, kind="stable")
     us, vs, ag, st = [u[order]], [v[order]], [np.ones(len(u))], [np.ones(len(u), bool)]
     if w.cfg.near:
         found = np.zeros(0, np.int64)  # the near pairs found so far (u * n + v), sorted: a later band adds none again
         span = max(w.n, 1)
-        for b in range(w.cfg.bands):
-            x, y = w.band_pairs(b)
-            key = x * span + y
-            new = ~np.isin(key, found, assume_unique=True)
-            o = np.argsort(x[new], kind="stable")
-            x, y, key = x[new][o], y[new][o], key[new][o]
-            ok, agree, strict = w.judge(x, y)  # band by band: memory holds one band's collisions
-            found = np.union1d(found, key[ok])
-            us.append(x[ok])
-            vs.append(y[ok])
-            ag.append(agree[ok])
-            st.append(strict[ok])
+        buf: list[tuple[np.ndarray, np.ndarray]] = []
+
+        def flush() -> None:
+            """Judge the buffered bands' pairs, each distinct pair once, then take each band's new pairs in order."""
+            nonlocal found
+            keys = np.concatenate([x * span + y for x, y in buf])
+            todo = np.unique(keys[~np.isin(keys, found)])
+            ok, agree, strict = w.judge(todo // span, todo % span)
+            for x, y in buf:
+                key = x * span + y
+                new = ~np.isin(key, found, assume_unique=True)
+                o = np.argsort(x[new], kind="stable")
+                x, y, key = x[new][o], y[new][o], key[new][o]
+                at = np.searchsorted(todo, key)
+                good = ok[at]
+                found = np.union1d(found, key[good])
+                us.append(x[good])
+                vs.append(y[good])
+                ag.append(agree[at][good])
+                st.append(strict[at][good])
+            buf.clear()
+
+        jobs = [(str(w.folder), w.cfg, w.rows, w.entries, w.parts, b) for b in range(w.cfg.bands)]
+        bands = ordered_map(_band_job, jobs, pool=pool) if pool is not None else map(lambda b: w.band_pairs(b),
+                                                                                      range(w.cfg.bands))
+        for x, y in bands:
+            buf.append((x, y))
+            if sum(len(a) for a, _ in buf) >= JUDGE_PAIRS:
+                flush()
+        if buf:
+            flush()
     return _cat(us), _cat(vs), np.concatenate(ag), np.concatenate(st), groups, mixed
