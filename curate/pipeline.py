@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 
 from curate.clean import dedup_disk
 from curate.clean.decontam import BenchmarkIndex, DecontamConfig, init_matcher, match_batch, resolve_benchmark
-from curate.clean.dedup import DedupConfig, candidate_pairs, clusters, conflict_pairs, hash_strings, loose_ok
+from curate.clean.dedup import DedupConfig, candidate_pairs, clusters, conflict_pairs, loose_ok
 from curate.clean.dedup_disk import FEATURES, READ_COLUMNS, WORK, features
 from curate.clean.filters import FilterConfig, apply_filters
 from curate.clean.text import content_ids, repair_escapes
@@ -401,15 +401,15 @@ def dedup_stage(inputs: list[Path], out: Path, cfg: DedupConfig | None = None, f
         # the content ids of the rows kept for rows with another id (a row's own id otherwise)
         rep_rows = decided.foreign_reps()
         rep_ids = rows.columns(rep_rows, ["id"])["id"]
-        del rows
+        conflict_rows = np.array(sorted(detail_of), np.int64)
+        reason_names = pa.array(["", "dedup_exact", "dedup_near", "gold_conflict"])
         start = 0
         counts = {1: 0, 2: 0}
         reps: list[np.ndarray] = []
-        reason_of = {1: "dedup_exact", 2: "dedup_near", 3: "gold_conflict"}
         for d in dirs:
             for t in iter_batches(d):
                 m = t.num_rows
-                rep, k = decided.rows(start, m, hash_strings(t["id"]))
+                rep, k = decided.rows(start, m, rows.columns(np.arange(start, start + m), ["idh"])["idh"])
                 cluster = t["id"].to_numpy(zero_copy_only=False).astype(object)
                 other = (k >= 2) & (rep != np.arange(start, start + m))
                 if other.any() and len(rep_rows):
@@ -423,8 +423,14 @@ def dedup_stage(inputs: list[Path], out: Path, cfg: DedupConfig | None = None, f
                     counts[x] += int((k == x).sum())
                 reps.append(np.unique(rep[(k == 1) | (k == 2)]))
                 rej = t.filter(pa.array(dup))
-                reasons = [reason_of[int(x)] for x in k[dup]]
-                details = [detail_of.get(int(j) + start, f"kept {cluster[j]}") for j in np.flatnonzero(dup)]
+                reasons = reason_names.take(pa.array(k[dup]))
+                details = pc.binary_join_element_wise("kept ", rej["dedup_cluster"], "")
+                at = np.flatnonzero(dup) + start
+                listed = np.isin(at, conflict_rows)
+                if listed.any():  # a conflict's rows say which answers disagree
+                    details = details.to_pylist()
+                    for i in np.flatnonzero(listed).tolist():
+                        details[i] = detail_of[int(at[i])]
                 start += m
                 run.emit(t.filter(pa.array(~dup)), reject_table(rej, "dedup", reasons, details) if rej.num_rows else None)
         if start != n:

@@ -1,34 +1,39 @@
-"""Dedup at scale: signatures and LSH band keys written per shard to disk, candidate pairs from sorted band files.
+"""Dedup at scale: exact groups first, then signatures and LSH band keys per shard on disk, candidate pairs from
+sorted band files.
 
 The in-memory engine (``curate.pipeline.dedup_stage`` with ``engine="memory"``) holds a MinHash signature and a
 dozen values per row: 1.6 GB at a million rows, sixteen at ten million. This engine holds one input shard's worth
 at a time, one byte a row, and the texts that have a duplicate. It decides every row exactly as the in-memory
 engine does: the same pairs, judged by the same ``judge_near`` and clustered by the same ``clusters``. Its steps
-follow the design of datatrove's MinHash pipeline (signatures, buckets, cluster, filter):
+follow the design of datatrove's MinHash pipeline (signatures, buckets, cluster, filter), with exact duplicates
+taken out first, as datatrove's users run its exact stage before MinHash:
 
-1. **Per shard, in worker processes** (``shard_work``). Each input shard writes:
-   - ``feat_NNNNN.parquet``: the features every later step reads (content id, gold, source, year, numbers,
-     drawing, statement key);
-   - ``sig_NNNNN.npy``: the signature, ``num_perm`` uint32 a row (of the rows no other row stands for);
+1a. **Per shard, in worker processes** (``shard_ids``): ``exact_NNNNN.bin``, the rows' content id hashes with
+    their gold, year, source rank and a hash of their text, sorted by content id. Cheap: no canonical form.
+2. **Content ids** (``prepare``, ``Work.exact_groups``). The rows of one content id that carry one gold string,
+   one year and one text are one node from here on: the group's first row stands for it (``stands_in`` marks the
+   others; ``stand_NNNNN.npy`` per shard). Every pair another row of the group would make is the pair the first
+   row makes, judged alike. The rows of the other groups (golds that differ, or the same content id spelled with
+   other spaces, which can tokenize differently) are paired each with the first row of its id, as in memory.
+1b. **Per shard, in worker processes** (``shard_work``), for the rows no other row stands for only (on inputs
+    made of copies, most rows need no signature):
+   - ``feat_NNNNN.parquet``: the features later steps read (content id, gold, source, year for every row;
+     numbers, drawing and statement key for those rows);
+   - ``sig_NNNNN.npy``: their signatures, ``num_perm`` uint32 each;
    - ``bands_NNNNN.bin``: for each band, the band key (its ``rows`` hashes, 16 bytes) with the row, its content id
      hash and its numbers' hash and count, sorted by key;
-   - ``exact_NNNNN.bin``: the content id hashes with gold, year and source rank, sorted;
-   - ``*.cuts.npy``: where each of 4096 key ranges starts in those sorted files, so that later steps read a key
+   - ``*.cuts.npy``: where each of 4096 key ranges starts in the sorted files, so that later steps read a key
      range with plain reads.
 
-   Each file is written to a temporary name and renamed, so a killed run restarts from the shards already done.
-2. **Content ids first** (``exact_groups``). The rows of one content id that carry one gold string, one year and
-   one statement hash (signature, numbers, drawing, statement key: spacing can differ within a content id) are
-   one node from here on: the group's first row stands for it (``stands_in`` marks the others). Every pair
-   another row of the group would make is the pair the first row makes, judged alike. The rows of the other
-   groups are paired each with the first row of its id, as in memory.
-3. **Per band and key range** (``band_pairs``). The slices of that key range are read from every shard's sorted
-   band file and merged by one stable sort. Only entries that share a key are kept, and each is paired with the
-   first row of its key (the in-memory rule). The entries carry what rejects most collisions without a
-   signature: the same content id, or other numbers in as many of them. The key ranges split each band so that
-   one range holds at most ``PART_ENTRIES`` entries, whatever the number of rows.
-4. **Judging** (``judge``). The surviving band pairs are judged on their whole signatures, read back shard by
-   shard for the rows involved only.
+   Each file is written to a temporary name and renamed, and ``ids_NNNNN.json`` / ``done_NNNNN.json`` last, so a
+   killed run restarts from the shards already done.
+3. **Per band and key range** (``band_pairs``, one band per worker process). The slices of that key range are read
+   from every shard's sorted band file and grouped by key (``_by_key``). Only entries that share a key are kept,
+   and each is paired with the first row of its key (the in-memory rule). The entries carry what rejects most
+   collisions without a signature: the same content id, or other numbers in as many of them. The key ranges
+   split each band so that one range holds at most ``PART_ENTRIES`` entries, whatever the number of rows.
+4. **Judging** (``judge``, in the main process while the workers find the next bands' pairs). The surviving band
+   pairs are judged once each on their whole signatures, read back shard by shard for the rows involved only.
 
 The caller then compares golds, clusters the nodes that have a pair (union-find over them only) and streams the
 shards again to write them out.

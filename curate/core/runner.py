@@ -125,7 +125,7 @@ def reject_table(t: pa.Table, stage: str, reasons: pa.Array | list, details: pa.
     if not isinstance(details, pa.Array | pa.ChunkedArray):
         details = pa.array(details, pa.string())
     cols = [t[f.name] if f.name in t.column_names else pa.nulls(n, f.type) for f in SCHEMA]
-    cols += [pa.array([stage] * n, pa.string()), reasons, details]
+    cols += [pa.repeat(pa.scalar(stage, pa.string()), n), reasons, details]
     return pa.Table.from_arrays(cols, schema=REJECT_SCHEMA)
 
 
