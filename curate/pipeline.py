@@ -422,6 +422,8 @@ def dedup_stage(inputs: list[Path], out: Path, cfg: DedupConfig | None = None, f
                 for x in (1, 2):
                     counts[x] += int((k == x).sum())
                 reps.append(np.unique(rep[(k == 1) | (k == 2)]))
+                if sum(len(x) for x in reps) > 2 * len(reps[0]) + 1_000_000:  # held: the clusters, not the rows
+                    reps = [np.unique(np.concatenate(reps))]
                 rej = t.filter(pa.array(dup))
                 reasons = reason_names.take(pa.array(k[dup]))
                 details = pc.binary_join_element_wise("kept ", rej["dedup_cluster"], "")

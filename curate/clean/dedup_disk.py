@@ -452,15 +452,18 @@ class Work:
             del mm
         return out
 
-    def judge(self, u: np.ndarray, v: np.ndarray, chunk: int = 200_000) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Judge band pairs on whole signatures and features (``judge_near``): ``(ok, agree, strict)``."""
+    def judge(self, u: np.ndarray, v: np.ndarray, chunk: int = 100_000) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Judge band pairs on whole signatures and features (``judge_near``): ``(ok, agree, strict)``. A chunk of
+        pairs reads the signatures of its rows (at most 2 x ``chunk``, 384 bytes each) shard by shard once."""
         ok, agree, strict = np.zeros(len(u), bool), np.zeros(len(u)), np.zeros(len(u), bool)
         for s in range(0, len(u), chunk):
             cu, cv = u[s : s + chunk], v[s : s + chunk]
             rows, inv = np.unique(np.r_[cu, cv], return_inverse=True)
             sig = self.signatures(rows)
             iu, iv = inv[: len(cu)], inv[len(cu) :]
-            ag = (sig[iu] == sig[iv]).mean(axis=1)
+            ag = np.empty(len(cu))
+            for a in range(0, len(cu), 16_384):  # the compared copies stay small
+                ag[a : a + 16_384] = (sig[iu[a : a + 16_384]] == sig[iv[a : a + 16_384]]).mean(axis=1)
             del sig
             f = self.columns(rows, ["numh", "digits", "draw", "year"])
             cnt = _counts(pa.array(f["digits"], pa.string()))
