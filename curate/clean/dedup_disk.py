@@ -78,7 +78,7 @@ def features(t: pa.Table, cfg: DedupConfig, prio: dict[str, int],
     gold = pc.fill_null(t["answer"], "")
     cheap = {
         "id": t["id"], "source": t["source"], "source_id": t["source_id"], "gold": gold,
-        "rank": pa.array([prio.get(s, len(prio)) for s in t["source"].to_pylist()], pa.int64()),
+        "rank": pa.array(_ranks(t["source"], prio)),
         "idh": hash_strings(t["id"]),
         "gh": hash_strings(gold),
         "ans": hash_strings(pc.replace_substring_regex(gold, r"\s+", "")),
@@ -116,6 +116,15 @@ def _text_features(problems: pa.Array | pa.ChunkedArray, cfg: DedupConfig) -> tu
         "stmt": hash_strings(pa.array(sequence_keys(problems, toks), pa.string())),
     }
     return text, (minhash(problems, cfg, toks) if cfg.near else None)
+
+
+def _ranks(sources: pa.Array | pa.ChunkedArray, prio: dict[str, int]) -> np.ndarray:
+    """Each row's source priority (``prio``; unlisted sources rank after every listed one)."""
+    if not prio:
+        return np.zeros(len(sources), np.int64)
+    values = np.r_[np.array(list(prio.values()), np.int64), len(prio)]
+    at = pc.fill_null(pc.index_in(sources, value_set=pa.array(list(prio), pa.string())), len(prio))
+    return values[at.to_numpy(zero_copy_only=False)]
 
 
 def _counts(digits: pa.Array | pa.ChunkedArray) -> np.ndarray:
@@ -158,7 +167,7 @@ def shard_ids(job: ShardJob) -> int:
         # rows of the same text stand for one another
         e["fh"] = _mix(hash_strings(rb["problem"]))
         e["year"] = pc.fill_null(rb["year"], -1).cast(pa.int64()).to_numpy(zero_copy_only=False)
-        e["rank"] = [prio.get(s, len(prio)) for s in rb["source"].to_pylist()]
+        e["rank"] = _ranks(rb["source"], prio)
         parts.append(e)
     exact = np.concatenate(parts) if parts else np.zeros(0, EXACT)
     m = len(exact)
@@ -192,7 +201,7 @@ def shard_work(job: ShardJob) -> tuple[int, int]:
     if m != len(stand):
         raise RuntimeError(f"dedup: shard {i} holds {m} rows, its first step read {len(stand)}")
     tmp = work / f"feat_{i:05d}.parquet.tmp"
-    pq.write_table(feat, tmp, compression="zstd")
+    pq.write_table(feat, tmp, compression="lz4")  # scratch, read back at once: speed over size
     os.replace(tmp, work / f"feat_{i:05d}.parquet")
     own = np.flatnonzero(~stand)  # the rows with a signature and band entries
     if cfg.near:
