@@ -4,6 +4,7 @@
     python benchmarks/curate.py --rows 200000   # a smaller synthetic input
     python benchmarks/curate.py --real-only
     python benchmarks/curate.py --rows 10000000 --synthetic-only --stages filter_no_gate,decontam,dedup
+    python benchmarks/curate.py --rows 1000000 --synthetic-only --distinct --stages dedup   # no exact copies
 
 For every stage the floor is measured in the same run: read the stage's input shards with pyarrow and
 write the same rows, same schema, zstd, to a new file (no Python per row). "x floor" is the stage's
@@ -132,17 +133,30 @@ def bench_chain(label: str, source: str, work: Path, stages: tuple[str, ...] = S
 CHUNK = 1_000_000
 
 
-def make_chunk(args: tuple[int, int, str]) -> None:
-    """``n`` rows of the synthetic generator with ``seed``, as one Parquet file."""
+def _tag(i: int) -> str:
+    """A word of letters only, one per number: a distinct text without another number in it."""
+    out = ""
+    while True:
+        out = chr(97 + i % 26) + out
+        i //= 26
+        if not i:
+            return out
+
+
+def make_chunk(args: tuple[int, int, str, bool]) -> None:
+    """``n`` rows of the synthetic generator with ``seed``, as one Parquet file; with ``distinct``, each statement
+    ends in a word of its own, so no two rows are exact copies (near duplicates stay near)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     from curate.sources.synthetic import generate
 
-    n, seed, path = args
+    n, seed, path, distinct = args
     cols: dict[str, list] = {k: [] for k in ("id", "problem", "answer", "subject", "level", "difficulty", "question_type")}
     writer = None
     for i, row in enumerate(generate(n, seed=seed), 1):
+        if distinct:
+            row["problem"] += f" (Set {_tag(seed * 10_000_000 + i)}.)"
         for k in cols:
             cols[k].append(row[k])
         if i % 200_000 == 0 or i == n:
@@ -154,18 +168,18 @@ def make_chunk(args: tuple[int, int, str]) -> None:
         writer.close()
 
 
-def make_synthetic(n: int, path: Path) -> None:
+def make_synthetic(n: int, path: Path, distinct: bool = False) -> None:
     """n rows of the synthetic generator, as one Parquet source file: a million rows per seed (7, 8, ...; the first
     million are the same at every size), generated in one process per core."""
     from concurrent.futures import ProcessPoolExecutor
 
     import pyarrow.parquet as pq
 
-    jobs = [(min(CHUNK, n - s), 7 + k, str(path) + f".{k}") for k, s in enumerate(range(0, n, CHUNK))]
+    jobs = [(min(CHUNK, n - s), 7 + k, str(path) + f".{k}", distinct) for k, s in enumerate(range(0, n, CHUNK))]
     with ProcessPoolExecutor(min(len(jobs), len(os.sched_getaffinity(0)))) as ex:
         list(ex.map(make_chunk, jobs))
     writer = None
-    for _, _, part in jobs:
+    for _, _, part, _ in jobs:
         f = pq.ParquetFile(part)
         for i in range(f.num_row_groups):
             t = f.read_row_group(i)
@@ -181,6 +195,7 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--real-only", action="store_true")
     ap.add_argument("--synthetic-only", action="store_true")
+    ap.add_argument("--distinct", action="store_true", help="no two synthetic rows exact copies (a word of its own each)")
     ap.add_argument("--stages", default=",".join(STAGES), help="stages to time after ingest (comma-separated)")
     ap.add_argument("--one", nargs=3, metavar=("STAGE", "SRC", "OUT"), help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -198,9 +213,10 @@ def main() -> None:
         if not a.real_only:
             src = work_root / "synthetic.parquet"
             t0 = time.perf_counter()
-            make_synthetic(a.rows, src)
+            make_synthetic(a.rows, src, a.distinct)
             print(f"generated {a.rows} synthetic rows in {time.perf_counter() - t0:.1f}s", flush=True)
-            results += bench_chain(f"synthetic {a.rows // 1000}k", str(src), work_root / "syn", stages)
+            label = f"synthetic {a.rows // 1000}k" + (" distinct" if a.distinct else "")
+            results += bench_chain(label, str(src), work_root / "syn", stages)
     finally:
         shutil.rmtree(work_root, ignore_errors=True)
     print("\n| input | stage | rows in | seconds | rows/s | floor rows/s | x floor | peak MB | worker MB |")

@@ -111,8 +111,8 @@ def _shard_hashes(stages):
 @pytest.mark.slow
 def test_the_flow_on_a_local_ray_instance_writes_the_same_shards(tmp_path):
     """runner = "ray": the tasks run in Ray workers (a local instance) and report to this process's Prefect API;
-    every shard of every stage is byte-identical to the default runner's (dedup's per-shard step runs as a task
-    of its own, then the stage goes on from its files)."""
+    every shard of every stage is byte-identical to the default runner's (dedup's per-shard steps run as tasks of
+    their own, content ids, then the exact groups, then signatures; the stage goes on from their files)."""
     pytest.importorskip("prefect_ray")
     from flows.flow import FlowConfig, run_flow
 
