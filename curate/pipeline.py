@@ -272,7 +272,12 @@ def decontam_stage(inputs: list[Path], out: Path, cfg: DecontamConfig, force: bo
 
         def problems():
             for d in dirs:
-                for t in iter_batches(d):
+                for i, t in enumerate(iter_batches(d)):
+                    if i == 0 and t.num_rows:  # exact matches compare ids: they must be the problems' content ids
+                        sample = t.slice(0, 1000)
+                        if not pc.all(pc.equal(sample["id"], content_ids(sample["problem"]))).as_py():
+                            raise StageError(f"decontam: {d}: the rows' ids are not the content ids of their problems "
+                                             "(shards not written by gradus ingest?): ingest the source again")
                     read.append(t)
                     yield t["problem"], t["id"]
 
@@ -511,6 +516,7 @@ def dedup_shard_jobs(inputs: list[Path], out: Path, cfg: DedupConfig | None = No
     runner.begin()
     prio = {s: i for i, s in enumerate(cfg.source_priority)}
     shards = [p for d in _kept_dirs(inputs) for p in shard_paths(d)]
+    dedup_disk.claim_work(out / WORK)
     return dedup_disk.jobs(shards, out / WORK, cfg, prio)
 
 

@@ -189,3 +189,29 @@ def test_decontam_keeps_template_siblings_and_other_figures(tmp_path):
                      fig])
     _, bid, kind = idx.match(rows, DecontamConfig())
     assert kind == [None, "exact", None, "exact"] and bid[1] == "b1" and bid[3] == "b2"
+
+
+def test_decontam_refuses_rows_whose_ids_are_not_content_ids(tmp_path):
+    """Exact matches compare the rows' ids with the benchmark items' content ids: shards whose ids are something
+    else (not written by ingest) would miss every exact copy, so the stage refuses them with a clear error."""
+    import json
+
+    import pyarrow.parquet as pq
+    import pytest
+
+    from curate.core.runner import StageError
+    from curate.pipeline import decontam_stage, ingest
+
+    bench = tmp_path / "bench.jsonl"
+    bench.write_text(json.dumps({"id": "b1", "problem": "What is the sum of the first 100 positive integers?"}) + "\n")
+    src = tmp_path / "rows.jsonl"
+    src.write_text(json.dumps({"id": "r1", "problem": "What is the sum of the first 100 positive integers?",
+                               "answer": "5050"}) + "\n")
+    ingest(str(src), tmp_path / "i")
+    cfg = DecontamConfig(benchmarks=(f"b={bench}",))
+    assert decontam_stage([tmp_path / "i"], tmp_path / "d", cfg).rows_kept == 0  # the exact copy is found
+    shard = next((tmp_path / "i" / "kept").glob("*.parquet"))
+    t = pq.read_table(shard)
+    pq.write_table(t.set_column(t.schema.get_field_index("id"), "id", pa.array(["row-1"])), shard)
+    with pytest.raises(StageError, match="not the content ids"):
+        decontam_stage([tmp_path / "i"], tmp_path / "d2", cfg)

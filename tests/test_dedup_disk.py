@@ -169,6 +169,23 @@ def test_a_killed_dedup_restarts_from_its_shards_and_writes_the_same(tmp_path, m
     assert _outcome(tmp_path / "killed") == _outcome(tmp_path / "whole")
 
 
+def test_a_work_folder_of_another_layout_starts_over(tmp_path, monkeypatch):
+    """A run killed under an older version left step-1 files of another layout (no ``format.json``, a done marker
+    without band entries): the restart empties the folder instead of reading them."""
+    dirs = _shards(tmp_path)
+    dedup_stage(dirs, tmp_path / "whole", DedupConfig(workers=1))
+    monkeypatch.setattr(dedup_disk.Work, "judge", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt()))
+    with pytest.raises(KeyboardInterrupt):
+        dedup_stage(dirs, tmp_path / "killed", DedupConfig(workers=1))
+    monkeypatch.undo()
+    work = tmp_path / "killed" / "work"
+    (work / "format.json").unlink()
+    for f in work.glob("done_*.json"):
+        f.write_text(json.dumps({"rows": json.loads(f.read_text())["rows"]}))  # the old layout's marker
+    dedup_stage(dirs, tmp_path / "killed", DedupConfig(workers=1))
+    assert _outcome(tmp_path / "killed") == _outcome(tmp_path / "whole")
+
+
 @pytest.mark.realdata
 def test_disk_engine_gives_the_in_memory_clusters_on_the_real_files(real_data, tmp_path):
     """MATH test, DeepScaleR's MATH train and AIME, the Kaggle AIME file and its AIMO-2 variant, one shard each:

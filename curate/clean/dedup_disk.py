@@ -494,6 +494,26 @@ def jobs(shards: list[Path], work: Path, cfg: DedupConfig, prio: dict[str, int])
     return [ShardJob(i, str(p), offsets[i], str(work), cfg, tuple(prio.items())) for i, p in enumerate(shards)]
 
 
+FORMAT = 2  # the work files' layout (2: exact groups before signatures); a folder of another layout starts over
+
+
+def claim_work(work: Path) -> None:
+    """The work folder, emptied first when it holds files of another layout (a run killed under another version)."""
+    mark = work / "format.json"
+    if work.is_dir() and any(work.iterdir()):
+        try:
+            same = json.loads(mark.read_text()).get("format") == FORMAT
+        except (OSError, ValueError, AttributeError):
+            same = False
+        if not same:
+            for f in work.iterdir():
+                if f.is_file():
+                    f.unlink()
+    work.mkdir(parents=True, exist_ok=True)
+    if not mark.exists():
+        mark.write_text(json.dumps({"format": FORMAT}))
+
+
 def prepare(todo: list[ShardJob], cfg: DedupConfig) -> Work:
     """Step 2 once step 1a is done for every shard: the exact groups (``Work.exact_groups``), and for each shard the
     rows a group's first row stands for (``stand_NNNNN.npy``), which step 1b skips."""
@@ -523,7 +543,7 @@ def build(shards: list[Path], work: Path, cfg: DedupConfig, prio: dict[str, int]
     again)."""
     from curate.core.parallel import ordered_map
 
-    work.mkdir(parents=True, exist_ok=True)
+    claim_work(work)
     todo = jobs(shards, work, cfg, prio)
     rows = [pq.ParquetFile(p).metadata.num_rows for p in shards]
     got = list(ordered_map(shard_ids, todo, pool=pool))
