@@ -148,7 +148,7 @@ def _dedup_groups(jobs: list) -> int:
     """The exact groups, and per shard the rows no signature is needed for (``curate.clean.dedup_disk.prepare``)."""
     from curate.clean.dedup_disk import prepare
 
-    return int(prepare(jobs, jobs[0].cfg).stands_in.sum())
+    return int(prepare(jobs, Path(jobs[0].work), jobs[0].cfg).stands_in.sum())
 
 
 def _dedup_shard(job) -> int:

@@ -55,8 +55,8 @@ from curate.clean.dedup import DedupConfig, hash_strings, judge_near, minhash, n
 from curate.clean.text import asy_keys, canonical, sequence_keys, tokens
 
 ENTRY = np.dtype([("hi", "<u8"), ("lo", "<u8"), ("row", "<i8"), ("idh", "<u8"), ("numh", "<u8"), ("cnt", "<i4")])
-# fh: a hash of what dedup reads of a statement beyond its content id (signature, numbers, drawing, statement
-# key): two spellings of one content id ("$A B C$" and "$ABC$") may differ there, and then are not one node
+# gh: a hash of the gold string; fh: a hash of the statement's text (two spellings of one content id, "$A B C$" and
+# "$ABC$", may tokenize differently, so only rows of one text are one node)
 EXACT = np.dtype([("idh", "<u8"), ("row", "<i8"), ("gh", "<u8"), ("fh", "<u8"), ("year", "<i8"), ("rank", "<i8")])
 GROUP = np.dtype([("idh", "<u8"), ("first", "<i8"), ("best", "<i8"), ("rank", "<i8"), ("size", "<i8")])
 WORK = "work"  # the step-1 files, inside the stage's output folder until the stage is done
@@ -64,7 +64,6 @@ PART_ENTRIES = 1_000_000  # entries merged at once (44 bytes each; with the sort
 READ_COLUMNS = ["id", "source", "source_id", "answer", "problem", "year"]
 FEATURES = pa.schema([("id", pa.string()), ("source", pa.string()), ("source_id", pa.string()),
                       ("gold", pa.string()), ("digits", pa.string()), ("rank", pa.int64()), ("idh", pa.uint64()),
-                      ("gh", pa.uint64()),
                       ("ans", pa.uint64()), ("year", pa.int64()), ("numh", pa.uint64()), ("draw", pa.uint64()),
                       ("stmt", pa.uint64())])
 
@@ -73,14 +72,13 @@ def features(t: pa.Table, cfg: DedupConfig, prio: dict[str, int],
              some: np.ndarray | None = None) -> tuple[pa.Table, np.ndarray | None]:
     """What dedup reads of a batch of rows: the features table (``FEATURES``) and the MinHash signatures (or None
     when near dedup is off). Both engines compute them here. ``some``: a mask of the rows whose text features
-    (``TEXT_FEATURES``) and signature are computed; the others' are null and zero (the rows an exact group's first
-    row stands for, which no later step reads)."""
+    (``TEXT_FEATURES``) and signatures are computed (the signatures of those rows only, in order); the others' text
+    features are null (the rows an exact group's first row stands for, which no later step reads)."""
     gold = pc.fill_null(t["answer"], "")
     cheap = {
         "id": t["id"], "source": t["source"], "source_id": t["source_id"], "gold": gold,
         "rank": pa.array(_ranks(t["source"], prio)),
         "idh": hash_strings(t["id"]),
-        "gh": hash_strings(gold),
         "ans": hash_strings(pc.replace_substring_regex(gold, r"\s+", "")),
         "year": pc.fill_null(t["year"], -1).cast(pa.int64()),
     }
@@ -94,11 +92,7 @@ def features(t: pa.Table, cfg: DedupConfig, prio: dict[str, int],
     for k, v in text.items():
         v = pa.array(v) if isinstance(v, np.ndarray) else v
         text[k] = pa.concat_arrays([v, pa.nulls(1, v.type)]).take(pa.array(index))
-    sig = None
-    if part is not None:
-        sig = np.zeros((t.num_rows, part.shape[1]), np.uint32)
-        sig[at] = part
-    return pa.table({**cheap, **text}, schema=FEATURES), sig
+    return pa.table({**cheap, **text}, schema=FEATURES), part
 
 
 TEXT_FEATURES = ("digits", "numh", "draw", "stmt")  # read from the statement's text (with the signature)
@@ -205,8 +199,7 @@ def shard_work(job: ShardJob) -> tuple[int, int]:
     os.replace(tmp, work / f"feat_{i:05d}.parquet")
     own = np.flatnonzero(~stand)  # the rows with a signature and band entries
     if cfg.near:
-        sig = np.concatenate(sigs) if sigs else np.zeros((0, cfg.num_perm), np.uint32)
-        sig = sig[own]
+        sig = np.concatenate(sigs) if sigs else np.zeros((0, cfg.num_perm), np.uint32)  # the rows of ``own``
         _save(work / f"sig_{i:05d}.npy", sig)
         bands = np.empty((cfg.bands, len(own)), ENTRY)
         rows, idh = own + job.offset, feat["idh"].to_numpy()[own]
@@ -514,12 +507,9 @@ def claim_work(work: Path) -> None:
         mark.write_text(json.dumps({"format": FORMAT}))
 
 
-def prepare(todo: list[ShardJob], cfg: DedupConfig) -> Work:
+def prepare(todo: list[ShardJob], work: Path, cfg: DedupConfig) -> Work:
     """Step 2 once step 1a is done for every shard: the exact groups (``Work.exact_groups``), and for each shard the
     rows a group's first row stands for (``stand_NNNNN.npy``), which step 1b skips."""
-    if not todo:
-        return Work(Path("."), cfg, [])
-    work = Path(todo[0].work)
     rows = [int(json.loads((work / f"ids_{j.index:05d}.json").read_text())["rows"]) for j in todo]
     w = Work(work, cfg, rows)
     w.exact = w.exact_groups()
@@ -549,8 +539,7 @@ def build(shards: list[Path], work: Path, cfg: DedupConfig, prio: dict[str, int]
     got = list(ordered_map(shard_ids, todo, pool=pool))
     if got != rows:
         raise RuntimeError(f"dedup: the shards changed while read ({got} rows, expected {rows})")
-    w = prepare(todo, cfg)
-    w.folder = work
+    w = prepare(todo, work, cfg)
     done = list(ordered_map(shard_work, todo, pool=pool))
     if [r for r, _ in done] != rows:
         raise RuntimeError(f"dedup: the shards changed while read ({done} rows, expected {rows})")
@@ -605,9 +594,7 @@ def pairs(w: Work, pool=None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nd
             buf.clear()
 
         jobs = [(str(w.folder), w.cfg, w.rows, w.entries, w.parts, b) for b in range(w.cfg.bands)]
-        bands = ordered_map(_band_job, jobs, pool=pool) if pool is not None else map(lambda b: w.band_pairs(b),
-                                                                                      range(w.cfg.bands))
-        for x, y in bands:
+        for x, y in ordered_map(_band_job, jobs, pool=pool):
             buf.append((x, y))
             if sum(len(a) for a, _ in buf) >= JUDGE_PAIRS:
                 flush()
