@@ -112,9 +112,21 @@ def test_stage_reset_discards_closed_shards(tmp_path):
 
     run = StageRun("t", tmp_path, rows_per_shard=2)
     run.emit(records_to_table(_recs(5)))  # closes 2 shards, 1 row pending in a .tmp
+    run.kept.flush()  # written in the writer's thread
     assert len(shard_paths(tmp_path / "kept")) == 2
     run.reset()
     assert shard_paths(tmp_path / "kept") == [] and run.rows_in == 0 and run.kept.rows == 0
     run.emit(records_to_table(_recs(1)))
     run.kept.close()
     assert count_rows(tmp_path / "kept") == 1
+
+
+def test_shard_writer_raises_what_failed_in_its_thread(tmp_path):
+    # shards are written in a background thread: a failure there (here the folder is a file) surfaces at close
+    from curate.core.shards import ShardWriter
+
+    (tmp_path / "kept").write_text("not a folder")
+    w = ShardWriter(tmp_path / "kept", SCHEMA, rows_per_shard=2)
+    with pytest.raises(OSError):
+        w.write(records_to_table(_recs(3)))
+        w.close()

@@ -15,7 +15,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections import deque
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pyarrow as pa
@@ -28,7 +30,14 @@ MANIFEST = "manifest.json"
 
 
 class ShardWriter:
-    """Accumulates tables and writes ``prefix_{i:05d}.parquet`` shards of at most ``rows_per_shard`` rows."""
+    """Accumulates tables and writes ``prefix_{i:05d}.parquet`` shards of at most ``rows_per_shard`` rows.
+
+    The encoding and writing happen in one background thread (pyarrow's writer releases the GIL), in the order the
+    tables came, so a stage computes its next batch while the last one is compressed: the same calls in the same
+    order, so the same bytes. At most ``PENDING`` tables wait; an error in the thread is raised by the next
+    ``write`` or by ``close``."""
+
+    PENDING = 2
 
     def __init__(self, folder: Path, schema: pa.Schema, rows_per_shard: int = ROWS_PER_SHARD, prefix: str = "shard"):
         self.folder = Path(folder)
@@ -40,10 +49,20 @@ class ShardWriter:
         self._tmp: Path | None = None
         self._writer: pq.ParquetWriter | None = None
         self._in_shard = 0
+        self._thread: ThreadPoolExecutor | None = None
+        self._pending: deque[Future] = deque()
 
     def write(self, table: pa.Table) -> None:
         if table.schema != self.schema:
             table = table.select(self.schema.names).cast(self.schema)
+        self.rows += table.num_rows
+        if self._thread is None:
+            self._thread = ThreadPoolExecutor(1, thread_name_prefix="shard-writer")
+        self._pending.append(self._thread.submit(self._write, table))
+        while len(self._pending) > self.PENDING:
+            self._pending.popleft().result()
+
+    def _write(self, table: pa.Table) -> None:
         start = 0
         while start < table.num_rows:
             if self._writer is None:
@@ -51,7 +70,6 @@ class ShardWriter:
             take = min(self.rows_per_shard - self._in_shard, table.num_rows - start)
             self._writer.write_table(table.slice(start, take), row_group_size=ROW_GROUP_SIZE)
             self._in_shard += take
-            self.rows += take
             start += take
             if self._in_shard >= self.rows_per_shard:
                 self._close_shard()
@@ -74,14 +92,37 @@ class ShardWriter:
         self.shards.append({"path": final.name, "rows": self._in_shard, "sha256": file_sha256(final)})
         self._writer, self._tmp, self._in_shard = None, None, 0
 
+    def flush(self) -> None:
+        """Wait until every table handed over is written (an error in the thread is raised here)."""
+        while self._pending:
+            self._pending.popleft().result()
+
+    def _wait(self) -> None:
+        """``flush``, then the thread stopped."""
+        try:
+            self.flush()
+        finally:
+            self._pending.clear()
+            if self._thread is not None:
+                self._thread.shutdown(wait=True)
+                self._thread = None
+
     def close(self) -> list[dict]:
+        self._wait()
         if self._writer is not None:
             self._close_shard()
         return self.shards
 
     def abort(self) -> None:
+        try:
+            self._wait()
+        except Exception:  # noqa: BLE001 - aborting: what failed in the thread is moot, the partial shard goes
+            pass
         if self._writer is not None:
-            self._writer.close()
+            try:
+                self._writer.close()
+            except Exception:  # noqa: BLE001 - a writer that failed mid-shard: its file goes all the same
+                pass
             if self._tmp is not None and self._tmp.exists():
                 self._tmp.unlink()
             self._writer = None
