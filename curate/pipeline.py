@@ -25,8 +25,9 @@ from curate.clean import dedup_disk
 from curate.clean.decontam import BenchmarkIndex, DecontamConfig, init_matcher, match_batch, resolve_benchmark
 from curate.clean.dedup import DedupConfig, candidate_pairs, clusters, conflict_pairs, loose_ok
 from curate.clean.dedup_disk import FEATURES, READ_COLUMNS, WORK, features
-from curate.clean.filters import FilterConfig, apply_filters
+from curate.clean.filters import READS, STEPS, FilterConfig, filter_batch
 from curate.clean.text import content_ids, repair_escapes
+from curate.core.arrays import unique
 from curate.core.config import ConfigError, check_keys, from_dict, load_file
 from curate.core.errors import SourceError
 from curate.core.manifest import Manifest
@@ -214,26 +215,45 @@ def filter_stage(inputs: list[Path], out: Path, cfg: FilterConfig | None = None,
     from curate.difficulty.grading import GRADER_VERSION, GradingPool
 
     def body(run: StageRun) -> None:
+        dirs = _kept_dirs(inputs)
+        workers = workers_for(sum(count_rows(d) for d in dirs), cfg.workers)
+        run.extra["workers"] = workers
+        signals = [s.signal for s in STEPS if s.signal]
+        read: deque = deque()  # the batches sent and not yet written, in order
+
+        def batches():
+            for d in dirs:
+                for t in iter_batches(d):
+                    read.append(t)
+                    yield t.select([*READS, *signals]), cfg
+
         pool = GradingPool(timeout_s=cfg.gold_timeout_s) if cfg.gold_gate else None
         try:
-            for d in _kept_dirs(inputs):
-                for t in iter_batches(d):
-                    with run.timed("heuristics"):
-                        t, reason = apply_filters(t, cfg)
-                    if pool is not None:
-                        with run.timed("gold_gate"):
-                            t, reason = _gold_gate(t, reason, pool)
-                    passed = pc.is_null(reason)
-                    rejected = pc.invert(passed)
-                    rej = t.filter(rejected)
-                    run.emit(t.filter(passed), reject_table(rej, "filter", reason.filter(rejected)) if rej.num_rows else None)
+            results = ordered_map(filter_batch, batches(), workers)
+            while True:
+                with run.timed("heuristics"):
+                    got = next(results, None)
+                if got is None:
+                    break
+                filled, reason = got
+                t = read.popleft()
+                for name, col in filled.items():
+                    t = t.set_column(t.schema.get_field_index(name), name, col)
+                if pool is not None:
+                    with run.timed("gold_gate"):
+                        t, reason = _gold_gate(t, reason, pool)
+                passed = pc.is_null(reason)
+                rejected = pc.invert(passed)
+                rej = t.filter(rejected)
+                run.emit(t.filter(passed), reject_table(rej, "filter", reason.filter(rejected)) if rej.num_rows else None)
         finally:
             if pool is not None:
                 run.extra["gold_gate"] = {**pool.stats, "grader_version": GRADER_VERSION}
                 pool.close()
 
-    # the grader decides which golds pass: a new math-verify is a new filter
-    config = {**asdict(cfg), "grader_version": GRADER_VERSION if cfg.gold_gate else None}
+    # the grader decides which golds pass: a new math-verify is a new filter; processes change nothing in the output
+    config = {**{k: v for k, v in asdict(cfg).items() if k != "workers"},
+              "grader_version": GRADER_VERSION if cfg.gold_gate else None}
     return run_stage("filter", out, input_entries(inputs), config, body, force=force, input_folders=inputs)
 
 
@@ -311,6 +331,9 @@ class _MemoryRows:
         t = self.feat.select(names).take(pa.array(rows, pa.int64()))
         return {k: t[k].to_numpy(zero_copy_only=False) for k in names}
 
+    def ids(self, start: int, m: int) -> np.ndarray:
+        return self.feat["idh"].slice(start, m).to_numpy()
+
     def rows_of_ids(self, comp_of: dict[int, int]) -> dict[int, int]:
         idh = self.feat["idh"].to_numpy()
         hit = np.flatnonzero(np.isin(idh, np.array(list(comp_of), np.uint64)))
@@ -363,7 +386,7 @@ def dedup_stage(inputs: list[Path], out: Path, cfg: DedupConfig | None = None, f
                                        "id_groups": int(len(groups)), "id_groups_paired_by_row": int(len(mixed)),
                                        "rows_with_signatures": int(sum(w.entries)) if cfg.near else 0}
         n = rows.n
-        nodes = np.unique(np.r_[u, v])  # the rows that have a pair (a group's first row stands for the group)
+        nodes = unique(np.r_[u, v])  # the rows that have a pair (a group's first row stands for the group)
         cu, cv = np.searchsorted(nodes, u), np.searchsorted(nodes, v)
         f = rows.columns(nodes, ["idh", "stmt", "ans", "year", "rank"])
         with run.timed("pairs"):
@@ -414,7 +437,7 @@ def dedup_stage(inputs: list[Path], out: Path, cfg: DedupConfig | None = None, f
         for d in dirs:
             for t in iter_batches(d):
                 m = t.num_rows
-                rep, k = decided.rows(start, m, rows.columns(np.arange(start, start + m), ["idh"])["idh"])
+                rep, k = decided.rows(start, m, rows.ids(start, m))
                 cluster = t["id"].to_numpy(zero_copy_only=False).astype(object)
                 other = (k >= 2) & (rep != np.arange(start, start + m))
                 if other.any() and len(rep_rows):
@@ -426,9 +449,9 @@ def dedup_stage(inputs: list[Path], out: Path, cfg: DedupConfig | None = None, f
                 dup = k > 0
                 for x in (1, 2):
                     counts[x] += int((k == x).sum())
-                reps.append(np.unique(rep[(k == 1) | (k == 2)]))
+                reps.append(unique(rep[(k == 1) | (k == 2)]))
                 if sum(len(x) for x in reps) > 2 * len(reps[0]) + 1_000_000:  # held: the clusters, not the rows
-                    reps = [np.unique(np.concatenate(reps))]
+                    reps = [unique(np.concatenate(reps))]
                 rej = t.filter(pa.array(dup))
                 reasons = reason_names.take(pa.array(k[dup]))
                 details = pc.binary_join_element_wise("kept ", rej["dedup_cluster"], "")
@@ -443,7 +466,7 @@ def dedup_stage(inputs: list[Path], out: Path, cfg: DedupConfig | None = None, f
         if start != n:
             raise StageError(f"dedup: the second pass read {start} rows, the first {n}: the input changed during the run")
         run.extra["dedup"] = {
-            "clusters_with_duplicates": int(len(np.unique(np.concatenate(reps)))) if reps else 0,
+            "clusters_with_duplicates": int(len(unique(np.concatenate(reps)))) if reps else 0,
             "exact_duplicates": counts[1],
             "near_duplicates": counts[2],
             "gold_conflict_rows": int(sum(len(c["rows"]) for c in conflicts)),
@@ -474,7 +497,7 @@ class _Decided:
 
     def foreign_reps(self) -> np.ndarray:
         """The rows kept for rows of another content id (their ids are those rows' cluster names), sorted."""
-        return np.unique(np.r_[self.row_rep[self.row_idh != self.row_own], self.id_rep[self.id_idh != self.ids]])
+        return unique(np.r_[self.row_rep[self.row_idh != self.row_own], self.id_rep[self.id_idh != self.ids]])
 
     def rows(self, start: int, m: int, idh: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(rep, kind)`` of rows ``start .. start + m`` whose content id hashes are ``idh``."""

@@ -96,6 +96,26 @@ def test_orz_embedded_options_are_mcq(real_data, tmp_path):
     assert m.rows_in == m.rows_kept + m.rows_rejected
 
 
+def test_filter_in_worker_processes_writes_the_same_shards(real_data, tmp_path):
+    """ORZ 57k (MCQ, proofs, yes/no among its rows) and Omni-MATH: the heuristics run in two worker processes give
+    the same kept and rejected shards, byte for byte, as in this process, and the same reasons."""
+    from curate.clean.filters import FilterConfig
+    from curate.core.shards import shard_paths
+
+    dirs = []
+    for i, rel in enumerate(["orz/orz_math_57k_collected.prefix.json", "omni_math_rule/omni_math_rule.jsonl"]):
+        ingest(str(real_data / rel), tmp_path / f"i{i}")
+        dirs.append(tmp_path / f"i{i}")
+    one = filter_stage(dirs, tmp_path / "one", FilterConfig(gold_gate=False, workers=1))
+    two = filter_stage(dirs, tmp_path / "two", FilterConfig(gold_gate=False, workers=2))
+    assert (one.stats["workers"], two.stats["workers"]) == (1, 2)
+    for sub in ("kept", "rejected"):
+        a, b = shard_paths(tmp_path / "one" / sub), shard_paths(tmp_path / "two" / sub)
+        assert [p.read_bytes() for p in a] == [p.read_bytes() for p in b]
+    assert one.rows_rejected > 100 and one.rejected_by_reason == two.rejected_by_reason
+    assert one.config == two.config  # processes are not part of the identity
+
+
 def test_aime_decontam_against_aime24_flags_only_2024(real_data, tmp_path):
     ingest(str(real_data / "aime_1983_2024/AIME_Dataset_1983_2024.kaggle_original.csv"), tmp_path / "i")
     bench = f"aime24={real_data / 'benchmarks/aime24/test.jsonl'}"

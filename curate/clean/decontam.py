@@ -52,6 +52,7 @@ from curate.clean.text import (
     sequence_keys,
     tokens,
 )
+from curate.core.arrays import union
 from curate.core.errors import SourceError
 from curate.sources.adapters import apply_adapter, detect_adapter
 from curate.sources.readers import read_source
@@ -217,7 +218,7 @@ class BenchmarkIndex:
                 pair_rows, pair_items, strong, weak = pair_keys[0][keep], pair_keys[1][keep], strong[keep], weak[keep]
         drawings: dict[int, str] = {}
         if any(self.drawings):  # only the rows with a candidate item
-            cand = np.union1d(exact_rows, pair_rows)
+            cand = union(exact_rows, pair_rows)
             drawings = dict(zip(cand.tolist(), asy_keys(pc.take(problems, pa.array(cand))).to_pylist(), strict=True))
 
         def other_figure(row: int, item: int) -> bool:  # the same words around another drawing: another problem

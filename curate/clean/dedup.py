@@ -84,6 +84,9 @@ def _perm_params(num_perm: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     return a, b
 
 
+MINHASH_BLOCK = 1024  # shingles hashed at once (about): 1024 x 96 perms x 8 bytes, 768 kB (in cache)
+
+
 def minhash(col: pa.Array | pa.ChunkedArray, cfg: DedupConfig, toks: pa.ListArray | None = None) -> np.ndarray:
     """(rows, num_perm) uint32 MinHash signatures; a row without words gets all 0xFFFFFFFF. ``toks``: the rows'
     tokens, when the caller has them."""
@@ -93,13 +96,21 @@ def minhash(col: pa.Array | pa.ChunkedArray, cfg: DedupConfig, toks: pa.ListArra
     if len(hashes) == 0:
         return sig
     a, b = _perm_params(cfg.num_perm, cfg.seed)
-    starts = np.flatnonzero(np.r_[True, row[1:] != row[:-1]])
-    rows_with = row[starts]
-    step = max(1, (1 << 22) // max(len(hashes), 1))  # bound the (perms x shingles) block to ~32 MB
+    starts = np.flatnonzero(np.r_[True, row[1:] != row[:-1]])  # each row's first shingle (rows are contiguous)
+    bounds = np.r_[starts, len(hashes)]
+    # blocks of whole rows of about MINHASH_BLOCK shingles: the (shingles x perms) block stays in cache (a row
+    # longer than that is a block of its own)
+    cuts = np.unique(np.r_[np.searchsorted(bounds, np.arange(0, len(hashes), MINHASH_BLOCK), "right") - 1,
+                           len(starts)])
+    buf = np.empty((2 * MINHASH_BLOCK, cfg.num_perm), np.uint64)
     with np.errstate(over="ignore"):
-        for p0 in range(0, cfg.num_perm, step):
-            blk = (a[p0 : p0 + step, None] * hashes[None, :] + b[p0 : p0 + step, None]) >> np.uint64(32)
-            sig[rows_with, p0 : p0 + step] = np.minimum.reduceat(blk, starts, axis=1).T.astype(np.uint32)
+        for c0, c1 in zip(cuts[:-1].tolist(), cuts[1:].tolist(), strict=True):
+            s0, s1 = int(bounds[c0]), int(bounds[c1])
+            blk = buf[: s1 - s0] if s1 - s0 <= len(buf) else np.empty((s1 - s0, cfg.num_perm), np.uint64)
+            np.multiply(hashes[s0:s1, None], a[None, :], out=blk)  # (a * h + b) mod 2^64, top 32 bits
+            blk += b
+            # the top bits of the minimum are the minimum of the top bits: shift the rows' minima, not every hash
+            sig[row[starts[c0:c1]]] = np.minimum.reduceat(blk, starts[c0:c1] - s0, axis=0) >> np.uint64(32)
     return sig
 
 

@@ -53,6 +53,7 @@ import pyarrow.parquet as pq
 
 from curate.clean.dedup import DedupConfig, hash_strings, judge_near, minhash, number_strings
 from curate.clean.text import asy_keys, canonical, sequence_keys, tokens
+from curate.core.arrays import in_sorted, union, unique
 
 ENTRY = np.dtype([("hi", "<u8"), ("lo", "<u8"), ("row", "<i8"), ("idh", "<u8"), ("numh", "<u8"), ("cnt", "<i4")])
 # gh: a hash of the gold string; fh: a hash of the statement's text (two spellings of one content id, "$A B C$" and
@@ -201,15 +202,14 @@ def shard_work(job: ShardJob) -> tuple[int, int]:
     if cfg.near:
         sig = np.concatenate(sigs) if sigs else np.zeros((0, cfg.num_perm), np.uint32)  # the rows of ``own``
         _save(work / f"sig_{i:05d}.npy", sig)
-        bands = np.empty((cfg.bands, len(own)), ENTRY)
         rows, idh = own + job.offset, feat["idh"].to_numpy()[own]
         mine = feat.select(["numh", "digits"]).take(pa.array(own))  # no nulls: to_numpy keeps uint64
-        numh, cnt = mine["numh"].to_numpy(), _counts(mine["digits"])
-        for b in range(cfg.bands):
-            e = bands[b]
-            keys = _band_keys(sig, b, cfg)
-            e["hi"], e["lo"], e["row"], e["idh"], e["numh"], e["cnt"] = keys[:, 0], keys[:, 1], rows, idh, numh, cnt
-            bands[b] = e[np.lexsort((e["lo"], e["hi"]))]  # stable: rows stay in order within a key
+        hi, lo = _band_keys(sig, cfg)
+        order = _key_order(hi)
+        bands = np.empty((cfg.bands, len(own)), ENTRY)
+        bands["hi"], bands["lo"] = np.take_along_axis(hi, order, 1), np.take_along_axis(lo, order, 1)
+        bands["row"], bands["idh"] = rows[order], idh[order]
+        bands["numh"], bands["cnt"] = mine["numh"].to_numpy()[order], _counts(mine["digits"])[order]
         _save_sorted(work, f"bands_{i:05d}", bands, bands["hi"])
     done.write_text(json.dumps({"rows": m, "entries": int(len(own)) if cfg.near else 0}))
     return m, int(len(own)) if cfg.near else 0
@@ -223,15 +223,24 @@ def _mix(x: np.ndarray) -> np.ndarray:
         return x ^ (x >> np.uint64(31))
 
 
-def _band_keys(sig: np.ndarray, band: int, cfg: DedupConfig) -> np.ndarray:
-    """A band's ``rows`` uint32 hashes as two uint64 words per row (equal words: equal band). The first word goes
-    through a bijection (``_mix``): a MinHash value is a minimum, crowded near 0, and the key ranges cut on its
-    top bits."""
-    chunk = np.zeros((len(sig), 4), np.uint32)  # padded to 16 bytes: a band of up to 4 hashes
-    chunk[:, : cfg.rows] = sig[:, band * cfg.rows : (band + 1) * cfg.rows]
-    keys = chunk.view(np.uint64).copy()
-    keys[:, 0] = _mix(keys[:, 0])
-    return keys
+def _band_keys(sig: np.ndarray, cfg: DedupConfig) -> tuple[np.ndarray, np.ndarray]:
+    """Each band's ``rows`` uint32 hashes as two uint64 words (equal words: equal band), ``(bands, rows)`` each. The
+    first word goes through a bijection (``_mix``): a MinHash value is a minimum, crowded near 0, and the key ranges
+    cut on its top bits."""
+    chunk = np.zeros((len(sig), cfg.bands, 4), np.uint32)  # padded to 16 bytes: a band of up to 4 hashes
+    chunk[:, :, : cfg.rows] = sig[:, : cfg.bands * cfg.rows].reshape(len(sig), cfg.bands, cfg.rows)
+    words = chunk.view(np.uint64)  # (rows, bands, 2)
+    return _mix(words[:, :, 0].T.copy()), words[:, :, 1].T.copy()
+
+
+def _key_order(hi: np.ndarray) -> np.ndarray:
+    """Per row of ``hi`` (a band's first key words), an order by those words' high bits, position within equal
+    bits: what the sorted band files need (key ranges cut on the top bits; the entries of one key in row order).
+    The low bits give way to the position, so one plain sort of integers does it (no stable argsort)."""
+    bits = np.uint64(max(int(hi.shape[1]).bit_length(), 1))
+    comp = ((hi >> bits) << bits) | np.arange(hi.shape[1], dtype=np.uint64)
+    comp.sort(axis=1)
+    return (comp & ((np.uint64(1) << bits) - np.uint64(1))).astype(np.int64)
 
 
 RANGES = 4096  # the key ranges a sorted file's cuts are written for (top 12 bits); a run reads groups of them
@@ -336,6 +345,7 @@ class Work:
         # the rows a group's first row stands for (``exact_groups``): one byte a row, the only per-row array held
         self.stands_in = np.zeros(self.n, bool)
         self.exact: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None  # ``exact_groups()``
+        self._ids: tuple[int, np.ndarray] | None = None  # the shard ``ids`` holds
 
     def _cuts(self, kind: str, row: int) -> list[np.ndarray]:
         """Where each key range starts in row ``row`` of every shard's sorted ``kind`` file."""
@@ -426,6 +436,20 @@ class Work:
             for k in names:
                 out[k].append(t[k].to_numpy(zero_copy_only=False))
         return {k: (np.concatenate(v) if v else np.zeros(0, object))[inv] for k, v in out.items()}
+
+    def ids(self, start: int, m: int) -> np.ndarray:
+        """The content id hashes of rows ``start .. start + m``, for a pass that reads the rows in order: each
+        shard's column is read once and held while the pass is in it."""
+        out = []
+        while m > 0:
+            i = int(self._shard_of(np.array([start]))[0])
+            if self._ids is None or self._ids[0] != i:
+                self._ids = (i, pq.read_table(self.folder / f"feat_{i:05d}.parquet", columns=["idh"])["idh"].to_numpy())
+            a = start - int(self.offsets[i])
+            part = self._ids[1][a : a + m]
+            out.append(part)
+            start, m = start + len(part), m - len(part)
+        return np.concatenate(out) if out else np.zeros(0, np.uint64)
 
     def rows_of_ids(self, comp_of: dict[int, int]) -> dict[int, int]:
         """Every row whose content id hash is a key of ``comp_of``, with its value (a scan of the id files)."""
@@ -577,16 +601,16 @@ def pairs(w: Work, pool=None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nd
             """Judge the buffered bands' pairs, each distinct pair once, then take each band's new pairs in order."""
             nonlocal found
             keys = np.concatenate([x * span + y for x, y in buf])
-            todo = np.unique(keys[~np.isin(keys, found)])
+            todo = unique(keys[~in_sorted(keys, found)])
             ok, agree, strict = w.judge(todo // span, todo % span)
             for x, y in buf:
                 key = x * span + y
-                new = ~np.isin(key, found, assume_unique=True)
+                new = ~in_sorted(key, found)
                 o = np.argsort(x[new], kind="stable")
                 x, y, key = x[new][o], y[new][o], key[new][o]
                 at = np.searchsorted(todo, key)
                 good = ok[at]
-                found = np.union1d(found, key[good])
+                found = union(found, key[good])
                 us.append(x[good])
                 vs.append(y[good])
                 ag.append(agree[at][good])

@@ -38,6 +38,7 @@ class FilterConfig:
     flag_only: tuple[str, ...] = ("figure",)
     gold_gate: bool = True  # math-verify must parse the gold answer (ORZ); see curate.pipeline
     gold_timeout_s: int = 5  # math-verify's seconds per gold parse (its own default)
+    workers: int = 0  # processes that run the heuristics; 0: the usable cores for 200k rows or more (not in the identity)
 
     def __post_init__(self) -> None:
         unknown = [s for s in self.skip if s not in STEP_NAMES and s != "answer_unparseable"]
@@ -362,6 +363,17 @@ STEPS: list[Step] = [
 ]
 STEP_NAMES = [s.name for s in STEPS]
 SIGNAL_STEPS = [s.name for s in STEPS if s.signal]
+
+
+READS = ("problem", "answer", "declared_valid", "question_type")  # the record columns the steps read
+
+
+def filter_batch(args: tuple[pa.Table, FilterConfig]) -> tuple[dict[str, pa.Array], pa.Array]:
+    """``apply_filters`` for a worker process: ``args`` is a batch's ``READS`` and ``sig_*`` columns (not the whole
+    record: less to send) and the config; returns the signal columns it filled and the reasons."""
+    t, cfg = args
+    t, reason = apply_filters(t, cfg)
+    return {s.signal: t[s.signal] for s in STEPS if s.signal and s.name not in cfg.skip}, reason
 
 
 def apply_filters(t: pa.Table, cfg: FilterConfig) -> tuple[pa.Table, pa.Array]:

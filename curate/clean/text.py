@@ -193,10 +193,13 @@ def asy_keys(col: pa.Array | pa.ChunkedArray) -> pa.Array:
     removed), "" when it has none: two
     MATH problems can share every word and differ only in the figure's numbers."""
     col = pc.fill_null(col, "")
-    has = pc.match_substring(col, "[asy]")
-    code = pc.replace_substring_regex(col, r"(?s)^.*?\[asy\]|\[/asy\].*?\[asy\]|\[/asy\].*$", "")
+    col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    at = np.flatnonzero(pc.match_substring(col, "[asy]").to_numpy(zero_copy_only=False))  # the regexes run on these
+    code = pc.replace_substring_regex(col.take(pa.array(at)), r"(?s)^.*?\[asy\]|\[/asy\].*?\[asy\]|\[/asy\].*$", "")
     code = pc.replace_substring_regex(pc.utf8_lower(code), r"\s+|\$|\\[()\[\]]", "")  # labels' $..$ or \(..\)
-    return pc.if_else(has, code, pa.scalar(""))
+    index = np.zeros(len(col), np.int64)  # each row's place in ("", codes...)
+    index[at] = 1 + np.arange(len(at))
+    return pa.concat_arrays([pa.array([""], code.type), code]).take(pa.array(index))
 
 
 def _word_hashes(flat: pa.Array) -> np.ndarray:
