@@ -106,8 +106,9 @@ def test_crafted_near_duplicates_across_shards_and_key_ranges(tmp_path, monkeypa
     assert not (tmp_path / "ranges" / "work").exists()  # the scratch files go once the stage is done
 
 
-def test_band_entries_are_grouped_by_key_then_row_even_when_two_keys_share_a_word(monkeypatch):
-    """``_by_key`` sorts one 64-bit word of each 16-byte key; should two keys share it, it sorts the whole keys."""
+def test_band_entries_are_grouped_by_key_then_row_even_when_keys_share_their_high_bits():
+    """``_by_key`` sorts a word of the keys (high bits) with the positions; keys that share those bits are told apart
+    on the whole key, and a key's entries stay in row order."""
     # two shards' runs, each sorted by key: rows 0-4 and 10-12; keys (hi, lo): (5, 1) three times, (5, 2) twice,
     # (9, 0) twice, (7, 7) once (no other entry: dropped)
     seg = np.zeros(8, dedup_disk.ENTRY)
@@ -115,17 +116,29 @@ def test_band_entries_are_grouped_by_key_then_row_even_when_two_keys_share_a_wor
     seg["lo"] = [1, 1, 2, 7, 0, 1, 2, 0]
     seg["row"] = [0, 1, 2, 4, 3, 10, 11, 12]
 
-    def groups(at):
-        keys = list(zip(seg["hi"][at].tolist(), seg["lo"][at].tolist(), strict=True))
-        return keys, seg["row"][at].tolist()
+    def groups(s, at):
+        """Each key's rows, in the order ``at`` gives them; the keys must come one group each."""
+        keys = list(zip(s["hi"][at].tolist(), s["lo"][at].tolist(), strict=True))
+        out: dict = {}
+        for i, k in enumerate(keys):
+            assert k not in out or keys[i - 1] == k  # contiguous
+            out.setdefault(k, []).append(int(s["row"][at[i]]))
+        return out
 
-    want = ([(5, 1)] * 3 + [(5, 2)] * 2 + [(9, 0)] * 2, [0, 1, 10, 2, 11, 3, 12])
-    by_word = groups(dedup_disk._by_key(seg))
-    assert sorted(zip(*by_word, strict=True)) == sorted(zip(*want, strict=True))  # keys in word order
-    for k in set(want[0]):  # within a key, rows in order
-        assert [r for kk, r in zip(*by_word, strict=True) if kk == k] == [r for kk, r in zip(*want, strict=True) if kk == k]
-    monkeypatch.setattr(dedup_disk, "_mix", lambda x: np.zeros_like(x))  # every key shares one word
-    assert groups(dedup_disk._by_key(seg)) == want  # sorted on the whole keys
+    want = {(5, 1): [0, 1, 10], (5, 2): [2, 11], (9, 0): [3, 12]}
+    assert groups(seg, dedup_disk._by_key(seg)) == want
+    low = seg.copy()  # small words: every key shares its high bits (all zero) with the others, told apart below
+    low["hi"], low["lo"] = [5, 5, 6, 7, 9, 5, 6, 9], 0
+    assert groups(low, dedup_disk._by_key(low)) == {(5, 0): [0, 1, 10], (6, 0): [2, 11], (9, 0): [3, 12]}
+    assert dedup_disk._by_key(seg[[0, 2, 3]]).tolist() == []  # no shared key
+    rng = np.random.default_rng(0)  # against a plain sort on random keys with many shared ones, high bits apart
+    for shift, lo in ((58, 3), (0, 1)):  # ... and all in the low bits (one run of many keys)
+        r = np.zeros(5000, dedup_disk.ENTRY)
+        r["hi"] = rng.integers(0, 40, 5000).astype(np.uint64) << np.uint64(shift)
+        r["lo"], r["row"] = rng.integers(0, lo, 5000), np.arange(5000)
+        order = np.lexsort((r["row"], r["lo"], r["hi"]))
+        k = np.r_[False, (r["hi"][order][1:] == r["hi"][order][:-1]) & (r["lo"][order][1:] == r["lo"][order][:-1])]
+        assert groups(r, dedup_disk._by_key(r)) == groups(r, order[k | np.r_[k[1:], False]])
 
 
 def test_parts_for_bounds_each_key_range():
@@ -253,3 +266,24 @@ def test_recall_of_near_duplicates_on_real_rows(real_data, tmp_path):
     same = high & ~g["other_numbers"] & ~g["other_drawing"] & ~g["other_gold"]
     assert (int(same.sum()), int(g["merged"][same].sum())) == (14, 10)
     assert g["candidate"].mean() > 0.9  # the S-curve gives 0.88 at J = 0.5
+
+
+def test_hash_strings_reads_each_string_and_nothing_else():
+    # read from the arrow buffers 8 bytes at a time: a string's hash must not depend on its neighbours, on the
+    # array's offset or chunks or offset width, and strings that differ in any byte (past the 8th, a zero byte,
+    # one byte longer) must differ
+    import pyarrow as pa
+
+    from curate.clean.dedup import hash_strings
+
+    a = pa.array(["", "a", "a\x00", "abcdefgh", "abcdefghi", "abcdefgi", "é", "e", "abcdefgh" * 100,
+                  "abcdefgh" * 100 + "x", "x" + "abcdefgh" * 100])
+    h = hash_strings(a)
+    assert len(set(h.tolist())) == len(a)
+    assert hash_strings(pa.array(["ab", "XYZW"]))[0] == hash_strings(pa.array(["ab", "QQQQ"]))[0]
+    assert hash_strings(pa.array(["ab", "XYZW"]))[0] == hash_strings(pa.array(["ab"]))[0]
+    assert (hash_strings(a.slice(3, 4)) == h[3:7]).all()
+    assert (hash_strings(pa.chunked_array([a.slice(0, 5), a.slice(5)])) == h).all()
+    assert (hash_strings(a.cast(pa.large_string())) == h).all()
+    assert hash_strings(pa.array([None], pa.string()))[0] == hash_strings(pa.array(["\x00null"]))[0]
+    assert len(hash_strings(pa.array([], pa.string()))) == 0

@@ -52,7 +52,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from curate.clean.dedup import DedupConfig, hash_strings, judge_near, minhash, number_strings
-from curate.clean.text import asy_keys, canonical, sequence_keys, tokens
+from curate.clean.text import asy_keys, canonical, sequence_array, tokens
 from curate.core.arrays import in_sorted, union, unique
 
 ENTRY = np.dtype([("hi", "<u8"), ("lo", "<u8"), ("row", "<i8"), ("idh", "<u8"), ("numh", "<u8"), ("cnt", "<i4")])
@@ -108,7 +108,7 @@ def _text_features(problems: pa.Array | pa.ChunkedArray, cfg: DedupConfig) -> tu
         "digits": nums,
         "numh": hash_strings(nums),
         "draw": np.where(pc.equal(asy, "").to_numpy(zero_copy_only=False), np.uint64(0), hash_strings(asy)),
-        "stmt": hash_strings(pa.array(sequence_keys(problems, toks), pa.string())),
+        "stmt": hash_strings(sequence_array(problems, toks)),
     }
     return text, (minhash(problems, cfg, toks) if cfg.near else None)
 
@@ -295,29 +295,43 @@ def _shared(seg: np.ndarray, field: str) -> np.ndarray:
 
 def _by_key(seg: np.ndarray) -> np.ndarray:
     """Where in ``seg`` (band entries: the shards' sorted runs, in shard order, so row order within a key) the entries
-    are whose key another entry shares, sorted by key then row. One word of the key (``_mix`` of both halves) is
-    sorted (quicksort; then each run of one word by position, which is row order); should two keys share that word
-    (never seen: 64 bits), the entries are sorted on the whole key instead."""
+    are whose key another entry shares, grouped by key (the groups in no set order), a key's entries in row order.
+
+    One plain sort of integers finds the candidates: a word of each entry's key (the first word, ``_mix``ed, xor a
+    multiple of the second) with its low bits given to its position. Among the entries whose high bits another entry
+    shares, a run of equal high bits that holds more than one key (two keys may share high bits and differ below)
+    is sorted on the whole key and position."""
     n = len(seg)
-    hi, lo = seg["hi"], seg["lo"]
-    word = _mix(hi ^ _mix(lo))
-    order = np.argsort(word)
-    w = word[order]
-    eq = w[1:] == w[:-1]
-    shared = np.zeros(n, bool)
-    shared[1:] |= eq
-    shared[:-1] |= eq
-    order, w = order[shared], w[shared]
-    if len(order):
-        run = np.cumsum(np.r_[True, w[1:] != w[:-1]]) - 1  # runs are in word order already
-        order = order[np.argsort((run.astype(np.uint64) << np.uint64(32)) | order.astype(np.uint64))]
-        w = word[order]
-    same = (hi[order][1:] == hi[order][:-1]) & (lo[order][1:] == lo[order][:-1])
-    if np.array_equal(same, w[1:] == w[:-1]) and n < 2**32:
-        return order
-    order = np.lexsort((seg["row"], lo, hi))
-    k = np.r_[False, (hi[order][1:] == hi[order][:-1]) & (lo[order][1:] == lo[order][:-1])]
-    return order[k | np.r_[k[1:], False]]
+    if n == 0:
+        return np.zeros(0, np.int64)
+    bits = np.uint64(max(n.bit_length(), 1))
+    low = (np.uint64(1) << bits) - np.uint64(1)
+    with np.errstate(over="ignore"):  # both words: near duplicates often share a band's first word, not its second
+        word = seg["hi"] ^ (seg["lo"] * np.uint64(0x9E3779B97F4A7C15))
+    comp = (word & ~low) | np.arange(n, dtype=np.uint64)
+    comp.sort()
+    top = comp >> bits
+    eq = top[1:] == top[:-1]
+    near = np.zeros(n, bool)
+    near[1:] |= eq
+    near[:-1] |= eq
+    cand, top = (comp[near] & low).astype(np.int64), top[near]  # by high bits, then position
+    if len(cand) == 0:
+        return cand
+    hi, lo = seg["hi"][cand], seg["lo"][cand]
+    new = np.r_[True, top[1:] != top[:-1]]
+    run = np.cumsum(new) - 1
+    first = np.flatnonzero(new)[run]
+    odd = (hi != hi[first]) | (lo != lo[first])
+    if odd.any():  # runs of one high part and more than one key: those entries sorted by key within their run
+        at = np.flatnonzero(np.isin(run, run[odd]))
+        o = at[np.lexsort((cand[at], lo[at], hi[at], run[at]))]
+        cand[at], hi[at], lo[at] = cand[o], hi[o], lo[o]
+    same = (hi[1:] == hi[:-1]) & (lo[1:] == lo[:-1])
+    keep = np.zeros(len(cand), bool)
+    keep[1:] |= same
+    keep[:-1] |= same
+    return cand[keep]
 
 
 def _groups(sorted_keys: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:

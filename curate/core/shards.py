@@ -15,6 +15,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import queue
+import threading
 from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -145,13 +147,60 @@ def shard_paths(folder: Path) -> list[Path]:
 
 
 def iter_batches(
-    folder: Path, columns: list[str] | None = None, batch_size: int = READ_BATCH
+    folder: Path, columns: list[str] | None = None, batch_size: int = READ_BATCH, ahead: int = 2
 ) -> Iterator[pa.Table]:
-    """Stream a shard folder as tables of at most ``batch_size`` rows; never loads a whole file."""
-    for path in shard_paths(folder):
-        pf = pq.ParquetFile(path)
-        for rb in pf.iter_batches(batch_size=batch_size, columns=columns):
-            yield pa.Table.from_batches([rb])
+    """Stream a shard folder as tables of at most ``batch_size`` rows; never loads a whole file. Up to ``ahead``
+    batches are read and decoded in a background thread while the caller works on the last (pyarrow releases the
+    GIL): a stage's reading overlaps its compute; 0 reads in the caller's thread."""
+    def batches() -> Iterator[pa.Table]:
+        for path in shard_paths(folder):
+            pf = pq.ParquetFile(path)
+            for rb in pf.iter_batches(batch_size=batch_size, columns=columns):
+                yield pa.Table.from_batches([rb])
+
+    yield from (read_ahead(batches(), ahead) if ahead > 0 else batches())
+
+
+_DONE = object()
+
+
+def read_ahead(items: Iterator, ahead: int) -> Iterator:
+    """``items``, produced in a background thread at most ``ahead`` in advance. An error there is raised here, in
+    order; a caller that stops early stops the thread."""
+    q: queue.Queue = queue.Queue(maxsize=ahead)
+    stop = threading.Event()
+
+    def put(x) -> bool:
+        while not stop.is_set():
+            try:
+                q.put(x, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce() -> None:
+        try:
+            for x in items:
+                if not put((x, None)):
+                    return
+            put((_DONE, None))
+        except BaseException as e:  # noqa: BLE001 - handed to the consumer, raised there
+            put((_DONE, e))
+
+    t = threading.Thread(target=produce, name="read-ahead", daemon=True)
+    t.start()
+    try:
+        while True:
+            x, err = q.get()
+            if x is _DONE:
+                if err is not None:
+                    raise err
+                return
+            yield x
+    finally:
+        stop.set()
+        t.join()
 
 
 def count_rows(folder: Path) -> int:
