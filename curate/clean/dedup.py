@@ -287,16 +287,16 @@ def hash_strings(col: pa.Array | pa.ChunkedArray) -> np.ndarray:
     arr = pc.fill_null(col, "\x00null")
     arr = arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
     if pa.types.is_string(arr.type) or pa.types.is_binary(arr.type):
-        off_type = np.int32
+        off_type = np.dtype(np.int32)
     elif pa.types.is_large_string(arr.type) or pa.types.is_large_binary(arr.type):
-        off_type = np.int64
+        off_type = np.dtype(np.int64)
     else:
         raise TypeError(f"hash_strings: a string column, not {arr.type}")
     n = len(arr)
     if n == 0:
         return np.zeros(0, np.uint64)
     _, off_buf, data_buf = arr.buffers()
-    offs = np.frombuffer(off_buf, off_type, n + 1, arr.offset * np.dtype(off_type).itemsize).astype(np.int64)
+    offs = np.frombuffer(off_buf, off_type, n + 1, arr.offset * off_type.itemsize).astype(np.int64)
     base = int(offs[0])
     size = int(offs[-1]) - base
     data = np.zeros(size + 8, np.uint8)  # padded: a word read at the end stays inside
