@@ -286,6 +286,7 @@ def hash_strings(col: pa.Array | pa.ChunkedArray) -> np.ndarray:
     only equality is ever used (ids, golds, numbers, statements), never the order."""
     arr = pc.fill_null(col, "\x00null")
     arr = arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
+    off_type: np.dtype
     if pa.types.is_string(arr.type) or pa.types.is_binary(arr.type):
         off_type = np.dtype(np.int32)
     elif pa.types.is_large_string(arr.type) or pa.types.is_large_binary(arr.type):
