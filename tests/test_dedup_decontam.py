@@ -174,6 +174,19 @@ def test_tokens_keep_primes_decimals_and_unicode_operators():
     assert keys[4] == keys[5] and keys[6] == keys[7]
 
 
+def test_tokens_of_a_row_do_not_depend_on_the_rows_beside_it():
+    # ASCII rows and the others go through different patterns (``_by_ascii``): each row's tokens must be what it
+    # gets alone, Unicode letters and digits kept as words, ASCII punctuation and symbols as separators
+    from curate.clean.text import tokens
+
+    rows = ["Let $x_1 + y = 3$; find x.", "Für alle α ∈ ℝ: α² ≥ 0, Ünïcödé 12", "AB,CD  (e) {f}", "日本語 テキスト 12",
+            "", "3 × 2 ≤ 7"]
+    together = tokens(pa.array(rows)).to_pylist()
+    assert together == [tokens(pa.array([r])).to_pylist()[0] for r in rows]
+    assert together[1][:3] == ["für", "alle", "α"] and together[2] == ["ab", "cd", "(", "e", ")", "f"]
+    assert together[3] == ["日本語", "テキスト", "12"]
+
+
 def test_decontam_keeps_template_siblings_and_other_figures(tmp_path):
     import json
 

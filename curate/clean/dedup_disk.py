@@ -17,7 +17,7 @@ taken out first, as datatrove's users run its exact stage before MinHash:
    other spaces, which can tokenize differently) are paired each with the first row of its id, as in memory.
 1b. **Per shard, in worker processes** (``shard_work``), for the rows no other row stands for only (on inputs
     made of copies, most rows need no signature):
-   - ``feat_NNNNN.parquet``: the features later steps read (content id, gold, source, year for every row;
+   - ``feat_NNNNN.arrow``: the features later steps read (content id, gold, source, year for every row;
      numbers, drawing and statement key for those rows);
    - ``sig_NNNNN.npy``: their signatures, ``num_perm`` uint32 each;
    - ``bands_NNNNN.bin``: for each band, the band key (its ``rows`` hashes, 16 bytes) with the row, its content id
@@ -49,6 +49,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.feather as feather
 import pyarrow.parquet as pq
 
 from curate.clean.dedup import DedupConfig, hash_strings, judge_near, minhash, number_strings
@@ -195,9 +196,9 @@ def shard_work(job: ShardJob) -> tuple[int, int]:
     m = feat.num_rows
     if m != len(stand):
         raise RuntimeError(f"dedup: shard {i} holds {m} rows, its first step read {len(stand)}")
-    tmp = work / f"feat_{i:05d}.parquet.tmp"
-    pq.write_table(feat, tmp, compression="lz4")  # scratch, read back at once: speed over size
-    os.replace(tmp, work / f"feat_{i:05d}.parquet")
+    tmp = work / f"feat_{i:05d}.arrow.tmp"
+    feather.write_feather(feat, tmp, compression="uncompressed")  # scratch, read back in this run: Arrow IPC, as is
+    os.replace(tmp, work / f"feat_{i:05d}.arrow")
     own = np.flatnonzero(~stand)  # the rows with a signature and band entries
     if cfg.near:
         sig = np.concatenate(sigs) if sigs else np.zeros((0, cfg.num_perm), np.uint32)  # the rows of ``own``
@@ -446,7 +447,7 @@ class Work:
         shard = self._shard_of(uniq)
         for i in np.unique(shard).tolist():
             local = uniq[shard == i] - self.offsets[i]
-            t = pq.read_table(self.folder / f"feat_{i:05d}.parquet", columns=names).take(pa.array(local))
+            t = _feat(self.folder, i, names).take(pa.array(local))
             for k in names:
                 out[k].append(t[k].to_numpy(zero_copy_only=False))
         return {k: (np.concatenate(v) if v else np.zeros(0, object))[inv] for k, v in out.items()}
@@ -458,7 +459,7 @@ class Work:
         while m > 0:
             i = int(self._shard_of(np.array([start]))[0])
             if self._ids is None or self._ids[0] != i:
-                self._ids = (i, pq.read_table(self.folder / f"feat_{i:05d}.parquet", columns=["idh"])["idh"].to_numpy())
+                self._ids = (i, _feat(self.folder, i, ["idh"])["idh"].to_numpy())
             a = start - int(self.offsets[i])
             part = self._ids[1][a : a + m]
             out.append(part)
@@ -514,6 +515,11 @@ class Work:
         return ok, agree, strict
 
 
+def _feat(folder: Path, i: int, names: list[str]) -> pa.Table:
+    """Columns ``names`` of shard ``i``'s feature file (mapped: a ``take`` reads the pages of its rows only)."""
+    return feather.read_table(folder / f"feat_{i:05d}.arrow", columns=names, memory_map=True)
+
+
 def _cat(xs: list[np.ndarray]) -> np.ndarray:
     return np.concatenate(xs).astype(np.int64) if xs else np.zeros(0, np.int64)
 
@@ -525,7 +531,7 @@ def jobs(shards: list[Path], work: Path, cfg: DedupConfig, prio: dict[str, int])
     return [ShardJob(i, str(p), offsets[i], str(work), cfg, tuple(prio.items())) for i, p in enumerate(shards)]
 
 
-FORMAT = 2  # the work files' layout (2: exact groups before signatures); a folder of another layout starts over
+FORMAT = 3  # the work files' layout (2: exact groups before signatures; 3: features as Arrow IPC); another starts over
 
 
 def claim_work(work: Path) -> None:

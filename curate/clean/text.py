@@ -155,10 +155,30 @@ def tokens(col: pa.Array | pa.ChunkedArray, canon: pa.Array | None = None) -> pa
     s = _where(s, r"\\[a-z]", lambda x: pc.replace_substring_regex(x, r"\\([a-z]+)", r" \1 "))
     s = pc.replace_substring_regex(s, r"([+\-*/=<>^!|()\[\]'])", r" \1 ")
     s = _where(s, r"[0-9][a-z]|[a-z][0-9]", _split_letters_digits)
-    s = pc.utf8_trim_whitespace(pc.replace_substring_regex(s, r"[^\p{L}\p{N}+\-*/=<>^!|()\[\]']+", " "))
+    s = pc.utf8_trim_whitespace(_by_ascii(s, lambda x: pc.replace_substring_regex(x, _NON_TOKEN_ASCII, " "),
+                                          lambda x: pc.replace_substring_regex(x, _NON_TOKEN, " ")))
     s = pc.if_else(pc.equal(s, ""), pa.scalar(None, pa.string()), s)  # "" would split into [""]
     out = pc.utf8_split_whitespace(s)
     return out.combine_chunks() if isinstance(out, pa.ChunkedArray) else out
+
+
+_NON_TOKEN = r"[^\p{L}\p{N}+\-*/=<>^!|()\[\]']+"  # what separates tokens
+_NON_TOKEN_ASCII = r"[^a-zA-Z0-9+\-*/=<>^!|()\[\]']+"  # the same on ASCII text, without Unicode classes
+
+
+def _by_ascii(s: pa.Array | pa.ChunkedArray, ascii_fn: Callable, other_fn: Callable) -> pa.Array:
+    """``ascii_fn`` on the rows that are ASCII (most math text: LaTeX) and ``other_fn`` on the others, in place.
+    RE2 runs a pattern with Unicode classes (``\\p{L}``) about 1.6x slower than its ASCII equivalent."""
+    s = s.combine_chunks() if isinstance(s, pa.ChunkedArray) else s
+    plain = pc.fill_null(pc.string_is_ascii(s), True).to_numpy(zero_copy_only=False)
+    if plain.all():
+        return ascii_fn(s)
+    if not plain.any():
+        return other_fn(s)
+    a, o = np.flatnonzero(plain), np.flatnonzero(~plain)
+    index = np.empty(len(s), np.int64)
+    index[a], index[o] = np.arange(len(a)), len(a) + np.arange(len(o))
+    return pa.concat_arrays([ascii_fn(s.take(pa.array(a))), other_fn(s.take(pa.array(o)))]).take(pa.array(index))
 
 
 def _split_letters_digits(s: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:

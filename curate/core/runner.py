@@ -147,7 +147,7 @@ _STAGE_PART = re.compile(r"stage_\d+_[A-Za-z0-9_.-]+$")
 # what may lie inside the folders a stage owns (anything else is a user's file, and stops the run)
 _INSIDE = {"kept": (".parquet", ".tmp"), "rejected": (".parquet", ".tmp"), "responses": (".parquet", ".tmp"),
            "plots": (".png",), "data": (".parquet", ".jsonl", ".arrow", ".json", ".tmp"),
-           "work": (".npy", ".bin", ".parquet", ".json", ".tmp")}
+           "work": (".npy", ".bin", ".arrow", ".parquet", ".json", ".tmp")}
 
 
 def _owned(kind: str, name: str, path: Path | None = None) -> bool:
