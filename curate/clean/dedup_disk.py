@@ -57,6 +57,7 @@ from curate.clean.text import asy_keys, canonical, sequence_array, tokens
 from curate.core.arrays import in_sorted, union, unique
 
 ENTRY = np.dtype([("hi", "<u8"), ("lo", "<u8"), ("row", "<i8"), ("idh", "<u8"), ("numh", "<u8"), ("cnt", "<i4")])
+ENTRY_FIELDS = ("hi", "lo", "row", "idh", "numh", "cnt")
 # gh: a hash of the gold string; fh: a hash of the statement's text (two spellings of one content id, "$A B C$" and
 # "$ABC$", may tokenize differently, so only rows of one text are one node)
 EXACT = np.dtype([("idh", "<u8"), ("row", "<i8"), ("gh", "<u8"), ("fh", "<u8"), ("year", "<i8"), ("rank", "<i8")])
@@ -266,13 +267,6 @@ def _save_sorted(work: Path, name: str, arr: np.ndarray, keys: np.ndarray) -> No
     os.replace(tmp, work / f"{name}.bin")
 
 
-def _read_range(path: Path, dtype: np.dtype, first: int, last: int) -> np.ndarray:
-    """Entries ``first .. last`` of a raw entry file."""
-    with open(path, "rb") as f:
-        f.seek(first * dtype.itemsize)
-        return np.fromfile(f, dtype=dtype, count=last - first)
-
-
 def _ranges(keys: np.ndarray, parts: int) -> np.ndarray:
     """Start of each key range in sorted ``keys`` (uint64, split on their top bits), and the end."""
     if parts == 1:
@@ -294,15 +288,16 @@ def _shared(seg: np.ndarray, field: str) -> np.ndarray:
     return seg[order[shared]]
 
 
-def _by_key(seg: np.ndarray) -> np.ndarray:
-    """Where in ``seg`` (band entries: the shards' sorted runs, in shard order, so row order within a key) the entries
-    are whose key another entry shares, grouped by key (the groups in no set order), a key's entries in row order.
+def _by_key(seg) -> np.ndarray:
+    """Where in ``seg`` (band entries, ``ENTRY`` records or their columns: the shards' sorted runs, in shard order, so
+    row order within a key) the entries are whose key another entry shares, grouped by key (the groups in no set
+    order), a key's entries in row order.
 
     One plain sort of integers finds the candidates: a word of each entry's key (the first word, ``_mix``ed, xor a
     multiple of the second) with its low bits given to its position. Among the entries whose high bits another entry
     shares, a run of equal high bits that holds more than one key (two keys may share high bits and differ below)
     is sorted on the whole key and position."""
-    n = len(seg)
+    n = len(seg["hi"])
     if n == 0:
         return np.zeros(0, np.int64)
     bits = np.uint64(max(n.bit_length(), 1))
@@ -371,12 +366,19 @@ class Work:
         """Key range ``part`` (of ``self.parts``) of row ``row`` of every shard's sorted ``kind`` file, in shard
         order (``cuts``: ``_cuts(kind, row)``)."""
         step = RANGES // self.parts
-        out = []
-        for i, m in enumerate(self.entries if kind == "bands" else self.rows):
-            a, b = int(cuts[i][part * step]), int(cuts[i][(part + 1) * step])
+        sizes = self.entries if kind == "bands" else self.rows
+        spans = [(int(c[part * step]), int(c[(part + 1) * step])) for c in cuts]
+        out = np.empty(sum(b - a for a, b in spans), dtype)
+        view, at = out.view(np.uint8), 0  # read straight into place: no copy per shard and then a concatenation
+        for i, ((a, b), m) in enumerate(zip(spans, sizes, strict=True)):
             if b > a:
-                out.append(_read_range(self.folder / f"{kind}_{i:05d}.bin", dtype, row * m + a, row * m + b))
-        return np.concatenate(out) if out else np.zeros(0, dtype)
+                with open(self.folder / f"{kind}_{i:05d}.bin", "rb") as f:
+                    f.seek((row * m + a) * dtype.itemsize)
+                    got = f.readinto(view[at * dtype.itemsize : (at + b - a) * dtype.itemsize].data)
+                if got != (b - a) * dtype.itemsize:
+                    raise RuntimeError(f"dedup: {kind}_{i:05d}.bin is shorter than its cuts say (a run killed mid-write?)")
+                at += b - a
+        return out
 
     def _shard_of(self, rows: np.ndarray) -> np.ndarray:
         return np.searchsorted(self.offsets, rows, "right") - 1
@@ -424,7 +426,9 @@ class Work:
         us, vs = [], []
         cuts = self._cuts("bands", band)
         for p in range(self.parts):
-            seg = self._slices("bands", band, p, ENTRY, cuts)
+            entries = self._slices("bands", band, p, ENTRY, cuts)
+            seg = {k: np.ascontiguousarray(entries[k]) for k in ENTRY_FIELDS}  # columns: gathers 1.7x faster
+            del entries
             at = _by_key(seg)
             later, first = _groups([seg["hi"][at], seg["lo"][at]])
             a, b = at[later], at[first]
