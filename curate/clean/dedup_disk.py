@@ -276,16 +276,17 @@ def _ranges(keys: np.ndarray, parts: int) -> np.ndarray:
     return np.r_[starts, len(keys)].astype(np.int64)
 
 
-def _shared(seg: np.ndarray, field: str) -> np.ndarray:
+def _shared(seg: np.ndarray, field: str) -> dict[str, np.ndarray]:
     """The entries whose ``field`` another entry shares (the only ones that can pair), sorted by it, ties in
-    their order in ``seg``. A stable sort merges the shards' sorted runs in about linear time."""
+    their order in ``seg``, as columns. A stable sort merges the shards' sorted runs in about linear time."""
     order = np.argsort(seg[field], kind="stable")
     keys = seg[field][order]
     eq = keys[1:] == keys[:-1]
     shared = np.zeros(len(seg), bool)
     shared[1:] |= eq
     shared[:-1] |= eq
-    return seg[order[shared]]
+    take = order[shared]
+    return {k: seg[k][take] for k in (seg.dtype.names or ())}
 
 
 def _by_key(seg) -> np.ndarray:
@@ -350,6 +351,8 @@ class Work:
         self.folder, self.cfg, self.rows = folder, cfg, rows
         self.offsets = np.r_[0, np.cumsum(rows)].astype(np.int64)
         self.n = int(self.offsets[-1])
+        if self.n >= 1 << 40:
+            raise ValueError(f"dedup: {self.n} rows; the disk engine numbers rows in 40 bits")
         self.entries = list(rows)  # band entries per shard (``shard_work``: the rows no other row stands for)
         self.parts = parts_for(self.n)
         # the rows a group's first row stands for (``exact_groups``): one byte a row, the only per-row array held
@@ -395,7 +398,7 @@ class Work:
         cuts = self._cuts("exact", 0)
         for p in range(self.parts):
             seg = _shared(self._slices("exact", 0, p, EXACT, cuts), "idh")  # sorted by (idh, row): so are the shards' runs
-            n = len(seg)
+            n = len(seg["idh"])
             if n == 0:
                 continue
             start = np.flatnonzero(np.r_[True, seg["idh"][1:] != seg["idh"][:-1]])
@@ -406,10 +409,11 @@ class Work:
             is_mixed = np.maximum.reduceat(odd, start).astype(bool)
             dup = size > 1
             one = dup & ~is_mixed
-            best = np.lexsort((seg["row"], seg["rank"], first))  # per group, its best row first
+            # per group, its best row: the least (rank, row), as one integer (ranks are small, rows < 2^40)
+            best = np.minimum.reduceat((seg["rank"].astype(np.int64) << 40) | seg["row"], start)[one]
             g = np.empty(int(one.sum()), GROUP)
             g["idh"], g["first"], g["size"] = seg["idh"][start[one]], seg["row"][start[one]], size[one]
-            g["best"], g["rank"] = seg["row"][best[start[one]]], seg["rank"][best[start[one]]]
+            g["best"], g["rank"] = best & ((1 << 40) - 1), best >> 40
             groups.append(g)
             mixed.append(seg["idh"][start[dup & is_mixed]])
             self.stands_in[seg["row"][np.repeat(one, size) & (np.arange(n) != first)]] = True
