@@ -228,8 +228,8 @@ def filter_stage(inputs: list[Path], out: Path, cfg: FilterConfig | None = None,
                     yield t.select([*READS, *signals]), cfg
 
         pool = GradingPool(timeout_s=cfg.gold_timeout_s) if cfg.gold_gate else None
+        results = ordered_map(filter_batch, batches(), workers)
         try:
-            results = ordered_map(filter_batch, batches(), workers)
             while True:
                 with run.timed("heuristics"):
                     got = next(results, None)
@@ -247,6 +247,7 @@ def filter_stage(inputs: list[Path], out: Path, cfg: FilterConfig | None = None,
                 rej = t.filter(rejected)
                 run.emit(t.filter(passed), reject_table(rej, "filter", reason.filter(rejected)) if rej.num_rows else None)
         finally:
+            results.close()  # its worker processes and read-ahead thread stop now, also after an error
             if pool is not None:
                 run.extra["gold_gate"] = {**pool.stats, "grader_version": GRADER_VERSION}
                 pool.close()

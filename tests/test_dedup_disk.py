@@ -287,3 +287,16 @@ def test_hash_strings_reads_each_string_and_nothing_else():
     assert (hash_strings(a.cast(pa.large_string())) == h).all()
     assert hash_strings(pa.array([None], pa.string()))[0] == hash_strings(pa.array(["\x00null"]))[0]
     assert len(hash_strings(pa.array([], pa.string()))) == 0
+    assert (hash_strings(a.dictionary_encode()) == h).all()
+
+
+def test_hash_strings_goes_on_alone_past_its_word_limit(monkeypatch):
+    # words past HASH_WORDS are folded one row at a time in Python integers: the same hash as all at once
+    import pyarrow as pa
+
+    from curate.clean import dedup
+
+    a = pa.array(["", "a" * 7, "b" * 8, "c" * 9, "d" * 16, "e" * 17, "f" * 40 + "é", "abcdefgh" * 5, None])
+    whole = dedup.hash_strings(a)
+    monkeypatch.setattr(dedup, "HASH_WORDS", 2)
+    assert (dedup.hash_strings(a) == whole).all()

@@ -130,3 +130,32 @@ def test_shard_writer_raises_what_failed_in_its_thread(tmp_path):
     with pytest.raises(OSError):
         w.write(records_to_table(_recs(3)))
         w.close()
+
+
+def test_a_write_that_fails_in_the_writer_thread_at_the_end_leaves_nothing_half_written(tmp_path, monkeypatch):
+    # the last batches may still be in the writers' threads when the body returns: their failure (a full disk)
+    # surfaces at close, and both writers are aborted then as after a failing body
+    import pyarrow.parquet as pq
+
+    from curate.core.runner import reject_table
+
+    real = pq.ParquetWriter.write_table
+    calls = {"kept": 0}
+
+    def flaky(self, table, *a, **k):
+        if "/kept/" in str(self.where):
+            calls["kept"] += 1
+            if calls["kept"] == 2:
+                raise OSError(28, "No space left on device")
+        return real(self, table, *a, **k)
+
+    monkeypatch.setattr(pq.ParquetWriter, "write_table", flaky)
+
+    def body(run):
+        t = records_to_table(_recs(4))
+        run.emit(t.slice(0, 2), reject_table(t.slice(2, 1), "ingest", ["x"]))
+        run.emit(t.slice(3, 1))
+
+    with pytest.raises(OSError):
+        run_stage("ingest", tmp_path, [], {}, body)
+    assert not list(tmp_path.rglob("*.tmp")) and not (tmp_path / "manifest.json").exists()

@@ -275,7 +275,9 @@ def plan(ids: np.ndarray, ranks: np.ndarray, answers: np.ndarray, numbers: np.nd
     return clusters(len(ids), u, v, strict, np.zeros(len(u), bool), same, ~same, ids[u] == ids[v], ids, ranks, cfg)
 
 
-_P1, _P2, _P3 = np.uint64(0x9E3779B185EBCA87), np.uint64(0xC2B2AE3D27D4EB4F), np.uint64(0x165667B19E3779F9)
+_W1, _W2, _MASK = 0x9E3779B185EBCA87, 0xC2B2AE3D27D4EB4F, (1 << 64) - 1
+_P1, _P2, _P3 = np.uint64(_W1), np.uint64(_W2), np.uint64(0x165667B19E3779F9)
+HASH_WORDS = 512  # words (8 bytes) hashed a step for all rows at once; a longer string's rest goes alone
 
 
 def hash_strings(col: pa.Array | pa.ChunkedArray) -> np.ndarray:
@@ -284,6 +286,8 @@ def hash_strings(col: pa.Array | pa.ChunkedArray) -> np.ndarray:
     rows sorted by length, so the rows still going are a prefix), each word folded in by xxHash64's round; the
     length and splitmix64's finalizer close it. Equal strings give equal hashes in every run and on every machine;
     only equality is ever used (ids, golds, numbers, statements), never the order."""
+    if pa.types.is_dictionary(col.type):
+        col = col.cast(col.type.value_type)
     arr = pc.fill_null(col, "\x00null")
     arr = arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
     off_type: np.dtype
@@ -309,11 +313,13 @@ def hash_strings(col: pa.Array | pa.ChunkedArray) -> np.ndarray:
     s_starts, s_lens, s_words = starts[order], lens[order], words[order]
     h = _P3 ^ (s_lens.astype(np.uint64) * _P1)
     windows = np.lib.stride_tricks.sliding_window_view(data, 8)
-    # the rows still going at word j: those with more than j words (a prefix of the longest-first order)
-    going_at = np.searchsorted(-s_words, -np.arange(int(s_words[0]) if n else 0), "left").tolist()
+    # the rows still going at word j: those with more than j words (a prefix of the longest-first order); words past
+    # HASH_WORDS go one row at a time (below), so one long string does not make every step a numpy call
+    going_at = np.searchsorted(-s_words, -np.arange(min(int(s_words[0]), HASH_WORDS)), "left").tolist()
     with np.errstate(over="ignore"):
         for j, going in enumerate(going_at):
-            word = np.ascontiguousarray(windows[s_starts[:going] + 8 * j]).view(np.uint64)[:, 0]
+            # little-endian words on any machine: a row's first bytes are the word's low bytes, as the mask assumes
+            word = np.ascontiguousarray(windows[s_starts[:going] + 8 * j]).view("<u8")[:, 0].astype(np.uint64)
             left = s_lens[:going] - 8 * j  # bytes of this row from word j on; past its end: zeroed
             short = left < 8
             if short.any():
@@ -322,6 +328,15 @@ def hash_strings(col: pa.Array | pa.ChunkedArray) -> np.ndarray:
             x = h[:going] ^ (word * _P2)
             x = (x << np.uint64(31)) | (x >> np.uint64(33))
             h[:going] = x * _P1
+    for r in np.flatnonzero(s_words > HASH_WORDS).tolist():  # the same rounds, in Python integers
+        a, b = int(s_starts[r]) + 8 * HASH_WORDS, int(s_starts[r] + s_lens[r])
+        tail = np.zeros(-(-(b - a) // 8) * 8, np.uint8)
+        tail[: b - a] = data[a:b]
+        v = int(h[r])
+        for w in tail.view("<u8").tolist():
+            x = v ^ ((w * _W2) & _MASK)
+            v = ((((x << 31) | (x >> 33)) & _MASK) * _W1) & _MASK
+        h[r] = v
     out = np.empty(n, np.uint64)
     out[order] = h
     with np.errstate(over="ignore"):  # splitmix64's finalizer

@@ -351,8 +351,8 @@ class Work:
         self.folder, self.cfg, self.rows = folder, cfg, rows
         self.offsets = np.r_[0, np.cumsum(rows)].astype(np.int64)
         self.n = int(self.offsets[-1])
-        if self.n >= 1 << 40:
-            raise ValueError(f"dedup: {self.n} rows; the disk engine numbers rows in 40 bits")
+        if self.n >= 1 << 31:  # pair keys are u * n + v in int64; a group's best row is found as rank << 40 | row
+            raise ValueError(f"dedup: {self.n} rows; the disk engine takes at most 2^31 rows a run")
         self.entries = list(rows)  # band entries per shard (``shard_work``: the rows no other row stands for)
         self.parts = parts_for(self.n)
         # the rows a group's first row stands for (``exact_groups``): one byte a row, the only per-row array held
@@ -470,6 +470,8 @@ class Work:
                 self._ids = (i, _feat(self.folder, i, ["idh"])["idh"].to_numpy())
             a = start - int(self.offsets[i])
             part = self._ids[1][a : a + m]
+            if len(part) == 0:
+                raise RuntimeError(f"dedup: feat_{i:05d}.arrow holds fewer rows than its shard (a damaged work folder)")
             out.append(part)
             start, m = start + len(part), m - len(part)
         return np.concatenate(out) if out else np.zeros(0, np.uint64)

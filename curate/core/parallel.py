@@ -11,7 +11,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from typing import Any
@@ -47,7 +47,7 @@ def worker_pool(workers: int) -> Iterator[ProcessPoolExecutor | None]:
 
 def ordered_map(fn: Callable[[Any], Any], items: Iterable[Any], workers: int = 1,
                 initializer: Callable[..., None] | None = None, initargs: tuple = (),
-                pool: ProcessPoolExecutor | None = None) -> Iterator[Any]:
+                pool: ProcessPoolExecutor | None = None) -> Generator[Any, None, None]:
     """``fn`` over ``items`` in ``workers`` processes (or in ``pool``'s, from ``worker_pool``), yielded in input
     order. ``initializer(*initargs)`` runs once in each worker (and here when ``workers`` is 1): per-worker state
     such as an index. ``fn`` and ``initializer`` must be module-level functions."""

@@ -390,11 +390,12 @@ class Runner:
         run = StageRun(self.kind, self.out, rows_per_shard)
         try:
             body(run)
+            # the writers' threads may still hold the last batches: an error there surfaces here, and aborts too
+            kept_shards, rej_shards = run.kept.close(), run.rejected.close()
         except BaseException:
             run.kept.abort()
             run.rejected.abort()
             raise
-        kept_shards, rej_shards = run.kept.close(), run.rejected.close()
         stats = {**run.extra, "signals": dict(run.signals), "timings": {k: round(v, 3) for k, v in run.timings.items()}}
         return self.finish(run.rows_in, kept_shards, rej_shards, dict(run.reasons), run.by_source, stats,
                            expected_rows_in=expected_rows_in)

@@ -110,9 +110,13 @@ class ShardWriter:
                 self._thread = None
 
     def close(self) -> list[dict]:
-        self._wait()
-        if self._writer is not None:
-            self._close_shard()
+        try:
+            self._wait()
+            if self._writer is not None:
+                self._close_shard()
+        except BaseException:
+            self.abort()  # the shard being written goes; the ones closed before stay listed
+            raise
         return self.shards
 
     def abort(self) -> None:
