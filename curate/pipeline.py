@@ -25,9 +25,9 @@ from curate.clean import dedup_disk
 from curate.clean.decontam import BenchmarkIndex, DecontamConfig, init_matcher, match_batch, resolve_benchmark
 from curate.clean.dedup import DedupConfig, candidate_pairs, clusters, conflict_pairs, loose_ok
 from curate.clean.dedup_disk import FEATURES, READ_COLUMNS, WORK, features
-from curate.clean.filters import READS, STEPS, FilterConfig, filter_batch
+from curate.clean.filters import BATCH_COLUMNS, FilterConfig, filter_batch
 from curate.clean.text import content_ids, repair_escapes
-from curate.core.arrays import unique
+from curate.core.arrays import search, unique
 from curate.core.config import ConfigError, check_keys, from_dict, load_file
 from curate.core.errors import SourceError
 from curate.core.manifest import Manifest
@@ -218,14 +218,13 @@ def filter_stage(inputs: list[Path], out: Path, cfg: FilterConfig | None = None,
         dirs = _kept_dirs(inputs)
         workers = workers_for(sum(count_rows(d) for d in dirs), cfg.workers)
         run.extra["workers"] = workers
-        signals = [s.signal for s in STEPS if s.signal]
         read: deque = deque()  # the batches sent and not yet written, in order
 
         def batches():
             for d in dirs:
                 for t in iter_batches(d):
                     read.append(t)
-                    yield t.select([*READS, *signals]), cfg
+                    yield t.select(list(BATCH_COLUMNS)), cfg
 
         pool = GradingPool(timeout_s=cfg.gold_timeout_s) if cfg.gold_gate else None
         results = ordered_map(filter_batch, batches(), workers)
@@ -442,8 +441,8 @@ def dedup_stage(inputs: list[Path], out: Path, cfg: DedupConfig | None = None, f
                 cluster = t["id"].combine_chunks()  # a row's own id, unless it is merged into a row of another id
                 other = (k >= 2) & (rep != np.arange(start, start + m))
                 if other.any() and len(rep_rows):
-                    pos = np.searchsorted(rep_rows, rep[other])
-                    known = (pos < len(rep_rows)) & (rep_rows[np.minimum(pos, len(rep_rows) - 1)] == rep[other])
+                    pos = search(rep_rows, rep[other])
+                    known = rep_rows[pos] == rep[other]
                     index = np.arange(m)
                     index[np.flatnonzero(other)[known]] = m + np.arange(int(known.sum()))
                     cluster = pa.concat_arrays([cluster, rep_ids.take(pa.array(pos[known]))]).take(pa.array(index))
@@ -506,9 +505,7 @@ class _Decided:
         rows = np.arange(start, start + m, dtype=np.int64)
         rep, rep_idh, conf = rows.copy(), idh.copy(), np.zeros(m, bool)
         if len(self.ids):
-            order = np.argsort(idh)  # sorted queries: the search walks ``ids`` in order (3x faster than at random)
-            pos = np.empty(m, np.int64)
-            pos[order] = np.minimum(np.searchsorted(self.ids, idh[order]), len(self.ids) - 1)
+            pos = search(self.ids, idh)
             hit = self.ids[pos] == idh
             rep[hit], rep_idh[hit], conf[hit] = self.id_rep[pos[hit]], self.id_idh[pos[hit]], self.id_conf[pos[hit]]
         a, b = np.searchsorted(self.rows_at, [start, start + m])

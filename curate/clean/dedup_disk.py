@@ -57,7 +57,7 @@ from curate.clean.text import asy_keys, canonical, sequence_array, tokens
 from curate.core.arrays import in_sorted, union, unique
 
 ENTRY = np.dtype([("hi", "<u8"), ("lo", "<u8"), ("row", "<i8"), ("idh", "<u8"), ("numh", "<u8"), ("cnt", "<i4")])
-ENTRY_FIELDS = ("hi", "lo", "row", "idh", "numh", "cnt")
+ENTRY_FIELDS: tuple[str, ...] = ENTRY.names or ()
 # gh: a hash of the gold string; fh: a hash of the statement's text (two spellings of one content id, "$A B C$" and
 # "$ABC$", may tokenize differently, so only rows of one text are one node)
 EXACT = np.dtype([("idh", "<u8"), ("row", "<i8"), ("gh", "<u8"), ("fh", "<u8"), ("year", "<i8"), ("rank", "<i8")])
@@ -236,13 +236,21 @@ def _band_keys(sig: np.ndarray, cfg: DedupConfig) -> tuple[np.ndarray, np.ndarra
 
 
 def _key_order(hi: np.ndarray) -> np.ndarray:
-    """Per row of ``hi`` (a band's first key words), an order by those words' high bits, position within equal
-    bits: what the sorted band files need (key ranges cut on the top bits; the entries of one key in row order).
-    The low bits give way to the position, so one plain sort of integers does it (no stable argsort)."""
-    bits = np.uint64(max(int(hi.shape[1]).bit_length(), 1))
-    comp = ((hi >> bits) << bits) | np.arange(hi.shape[1], dtype=np.uint64)
-    comp.sort(axis=1)
-    return (comp & ((np.uint64(1) << bits) - np.uint64(1))).astype(np.int64)
+    """Per row of ``hi`` (a band's first key words), the order the sorted band files need: by the words' high bits
+    (the key ranges cut on the top bits), position within equal bits (the entries of one key in row order)."""
+    return _high_bit_order(hi)[0]
+
+
+def _high_bit_order(words: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Along the last axis, an order of ``words`` (uint64) by their high bits, position within equal high bits, and
+    those high bits in that order. The low bits give way to the position, so one plain sort of integers does it
+    (no stable argsort)."""
+    n = words.shape[-1]
+    bits = np.uint64(max(n.bit_length(), 1))
+    low = (np.uint64(1) << bits) - np.uint64(1)
+    comp = (words & ~low) | np.arange(n, dtype=np.uint64)
+    comp.sort(axis=-1)
+    return (comp & low).astype(np.int64), comp >> bits
 
 
 RANGES = 4096  # the key ranges a sorted file's cuts are written for (top 12 bits); a run reads groups of them
@@ -301,18 +309,14 @@ def _by_key(seg) -> np.ndarray:
     n = len(seg["hi"])
     if n == 0:
         return np.zeros(0, np.int64)
-    bits = np.uint64(max(n.bit_length(), 1))
-    low = (np.uint64(1) << bits) - np.uint64(1)
     with np.errstate(over="ignore"):  # both words: near duplicates often share a band's first word, not its second
         word = seg["hi"] ^ (seg["lo"] * np.uint64(0x9E3779B97F4A7C15))
-    comp = (word & ~low) | np.arange(n, dtype=np.uint64)
-    comp.sort()
-    top = comp >> bits
+    order, top = _high_bit_order(word)
     eq = top[1:] == top[:-1]
     near = np.zeros(n, bool)
     near[1:] |= eq
     near[:-1] |= eq
-    cand, top = (comp[near] & low).astype(np.int64), top[near]  # by high bits, then position
+    cand, top = order[near], top[near]  # by high bits, then position
     if len(cand) == 0:
         return cand
     hi, lo = seg["hi"][cand], seg["lo"][cand]

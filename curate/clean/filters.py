@@ -366,11 +366,12 @@ SIGNAL_STEPS = [s.name for s in STEPS if s.signal]
 
 
 READS = ("problem", "answer", "declared_valid", "question_type")  # the record columns the steps read
+BATCH_COLUMNS = (*READS, *(s.signal for s in STEPS if s.signal))  # what ``filter_batch`` is sent of a batch
 
 
 def filter_batch(args: tuple[pa.Table, FilterConfig]) -> tuple[dict[str, pa.Array], pa.Array]:
-    """``apply_filters`` for a worker process: ``args`` is a batch's ``READS`` and ``sig_*`` columns (not the whole
-    record: less to send) and the config; returns the signal columns it filled and the reasons."""
+    """``apply_filters`` for a worker process: ``args`` is a batch's ``BATCH_COLUMNS`` (not the whole record: less
+    to send) and the config; returns the signal columns it filled and the reasons."""
     t, cfg = args
     t, reason = apply_filters(t, cfg)
     return {s.signal: t[s.signal] for s in STEPS if s.signal and s.name not in cfg.skip}, reason

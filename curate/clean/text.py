@@ -131,16 +131,25 @@ def _where(s: pa.Array | pa.ChunkedArray, need: str, rewrite: Callable) -> pa.Ar
     must match; the other rows are returned as they are. Each regex pass costs about as much per row whether it
     matches or not, and most rows need none of the rare rewrites."""
     s = s.combine_chunks() if isinstance(s, pa.ChunkedArray) else s
-    hit = pc.match_substring_regex(s, need)
-    at = np.flatnonzero(hit.to_numpy(zero_copy_only=False))
-    if len(at) == 0:
-        return s
+    return _apply_on(s, pc.match_substring_regex(s, need).to_numpy(zero_copy_only=False), rewrite)
+
+
+def _apply_on(s: pa.Array, mask: np.ndarray, fn: Callable, other: Callable | None = None) -> pa.Array:
+    """``fn`` on the rows of ``s`` that ``mask`` marks and ``other`` on the rest (None: the rest as they are), each
+    row back in its place."""
+    at = np.flatnonzero(mask)
     if len(at) == len(s):
-        return rewrite(s)
-    # scatter the rewritten rows back: for each row, its index into (originals + rewrites)
-    index = np.arange(len(s), dtype=np.int64)
-    index[at] = len(s) + np.arange(len(at), dtype=np.int64)
-    return pa.concat_arrays([s, rewrite(s.take(pa.array(at)))]).take(pa.array(index))
+        return fn(s)
+    if len(at) == 0:
+        return s if other is None else other(s)
+    if other is None:  # each row's index into (s, fn of the marked rows)
+        rest_part, index = s, np.arange(len(s), dtype=np.int64)
+    else:  # each row's index into (other of the rest, fn of the marked rows)
+        rest = np.flatnonzero(~mask)
+        rest_part, index = other(s.take(pa.array(rest))), np.empty(len(s), np.int64)
+        index[rest] = np.arange(len(rest))
+    index[at] = len(rest_part) + np.arange(len(at))
+    return pa.concat_arrays([rest_part, fn(s.take(pa.array(at)))]).take(pa.array(index))
 
 
 def tokens(col: pa.Array | pa.ChunkedArray, canon: pa.Array | None = None) -> pa.ListArray:
@@ -170,15 +179,7 @@ def _by_ascii(s: pa.Array | pa.ChunkedArray, ascii_fn: Callable, other_fn: Calla
     """``ascii_fn`` on the rows that are ASCII (most math text: LaTeX) and ``other_fn`` on the others, in place.
     RE2 runs a pattern with Unicode classes (``\\p{L}``) about 1.6x slower than its ASCII equivalent."""
     s = s.combine_chunks() if isinstance(s, pa.ChunkedArray) else s
-    plain = pc.fill_null(pc.string_is_ascii(s), True).to_numpy(zero_copy_only=False)
-    if plain.all():
-        return ascii_fn(s)
-    if not plain.any():
-        return other_fn(s)
-    a, o = np.flatnonzero(plain), np.flatnonzero(~plain)
-    index = np.empty(len(s), np.int64)
-    index[a], index[o] = np.arange(len(a)), len(a) + np.arange(len(o))
-    return pa.concat_arrays([ascii_fn(s.take(pa.array(a))), other_fn(s.take(pa.array(o)))]).take(pa.array(index))
+    return _apply_on(s, pc.fill_null(pc.string_is_ascii(s), True).to_numpy(zero_copy_only=False), ascii_fn, other_fn)
 
 
 def _split_letters_digits(s: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
@@ -214,12 +215,13 @@ def asy_keys(col: pa.Array | pa.ChunkedArray) -> pa.Array:
     MATH problems can share every word and differ only in the figure's numbers."""
     col = pc.fill_null(col, "")
     col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-    at = np.flatnonzero(pc.match_substring(col, "[asy]").to_numpy(zero_copy_only=False))  # the regexes run on these
-    code = pc.replace_substring_regex(col.take(pa.array(at)), r"(?s)^.*?\[asy\]|\[/asy\].*?\[asy\]|\[/asy\].*$", "")
-    code = pc.replace_substring_regex(pc.utf8_lower(code), r"\s+|\$|\\[()\[\]]", "")  # labels' $..$ or \(..\)
-    index = np.zeros(len(col), np.int64)  # each row's place in ("", codes...)
-    index[at] = 1 + np.arange(len(at))
-    return pa.concat_arrays([pa.array([""], code.type), code]).take(pa.array(index))
+
+    def code(x: pa.Array) -> pa.Array:  # run on the rows that hold a drawing only
+        x = pc.replace_substring_regex(x, r"(?s)^.*?\[asy\]|\[/asy\].*?\[asy\]|\[/asy\].*$", "")
+        return pc.replace_substring_regex(pc.utf8_lower(x), r"\s+|\$|\\[()\[\]]", "")  # labels' $..$ or \(..\)
+
+    has = pc.match_substring(col, "[asy]").to_numpy(zero_copy_only=False)
+    return _apply_on(col, has, code, lambda x: pc.utf8_slice_codeunits(x, 0, 0))
 
 
 def _word_hashes(flat: pa.Array) -> np.ndarray:

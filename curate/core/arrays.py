@@ -26,16 +26,20 @@ def union(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return unique(np.concatenate([np.asarray(a).ravel(), np.asarray(b).ravel()]))
 
 
-def in_sorted(x: np.ndarray, s: np.ndarray) -> np.ndarray:
-    """For each value of ``x``, whether sorted ``s`` holds it (``np.isin(x, s)``). ``x`` is sorted first, so the
-    search walks ``s`` in order."""
+def search(s: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """For each value of ``x``, where it is or would go in sorted, non-empty ``s`` (``np.searchsorted``, past-the-end
+    clipped to the last place, so ``s[pos] == x`` tells a hit). ``x`` is searched in sorted order, so the search
+    walks ``s`` in order (3x faster than at random on millions of values)."""
     x = np.asarray(x)
-    out = np.zeros(len(x), bool)
-    if len(x) == 0 or len(s) == 0:
-        return out
     order = np.argsort(x)
-    xs = x[order]
-    pos = np.searchsorted(s, xs)
-    np.minimum(pos, len(s) - 1, out=pos)
-    out[order] = s[pos] == xs
-    return out
+    pos = np.empty(len(x), np.int64)
+    pos[order] = np.minimum(np.searchsorted(s, x[order]), len(s) - 1)
+    return pos
+
+
+def in_sorted(x: np.ndarray, s: np.ndarray) -> np.ndarray:
+    """For each value of ``x``, whether sorted ``s`` holds it (``np.isin(x, s)``)."""
+    x = np.asarray(x)
+    if len(x) == 0 or len(s) == 0:
+        return np.zeros(len(x), bool)
+    return s[search(s, x)] == x
