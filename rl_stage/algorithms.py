@@ -189,6 +189,7 @@ class Preset:
     mask_truncated: bool = False
     wrong_reward: float = 0.0  # the reward of a wrong (or unanswered) completion; a right one gets 1
     mini_batches: int = 1  # optimizer updates per rollout batch (one per mini-batch of groups), per epoch
+    dual_clip: float | None = None  # dual-clip bound c on negative advantages; None: off
     cite: str = ""
 
 
@@ -202,10 +203,11 @@ PRESETS = {
                            "normalization (constant normalizer), no KL; its oat-zero scripts roll out 128 prompts x 8 "
                            "and update on train batches of 128 responses: 8 updates per rollout batch"),
     "dapo": Preset("grpo", "token-mean", 0.2, 0.28, dynamic_sampling=True, overlong_shaping=True, wrong_reward=-1.0,
-                   mini_batches=16,
+                   mini_batches=16, dual_clip=10.0,
                    cite="DAPO (Yu et al. 2025, arXiv:2503.14476): clip-higher eps 0.2/0.28, token-level loss, "
-                        "dynamic sampling on accuracy, overlong reward shaping on a +1/-1 correctness reward, no KL; "
-                        "512 prompts a rollout step in mini-batches of 32: 16 updates per rollout batch"),
+                        "dynamic sampling on accuracy (full generation batches, at most 10, as verl's recipe), "
+                        "overlong reward shaping on a +1/-1 correctness reward, no KL; 512 prompts a rollout step in "
+                        "mini-batches of 32: 16 updates per rollout batch; dual clip c = 10 (the recipe's clip_ratio_c)"),
     "rloo": Preset("rloo", "seq-mean-token-sum", 0.2, 0.2,
                    cite="RLOO (Ahmadian et al. 2024, arXiv:2402.14740): leave-one-out baseline, sequence "
                         "log-probability as the sum of its tokens', one update per batch, no KL here"),

@@ -90,36 +90,7 @@ class _Rollout:
     too_long: int = 0
     gen_s: float = 0.0
     reward_s: float = 0.0
-
-
-def token_logps(model, input_ids, attn, comp_mask, temperature: float, bf16: bool, device: str, want_entropy: bool = False):
-    """Per-token log-probs [B, L-1] of the next tokens under the *sampling* distribution, on completion positions.
-
-    The logits are divided by the sampling temperature before the softmax (as TRL and verl do): the rollouts
-    were drawn from softmax(logits / T), so ratios, KL and entropy must be of that policy. The vocabulary
-    projection runs only where ``comp_mask`` is set (the prompt needs no log-probs); models that post-process
-    logits (soft-capping) take the full path. ``bf16`` autocasts the forward; the result is fp32.
-    """
-    import torch
-
-    tgt = input_ids[:, 1:]
-    sel = comp_mask > 0
-    with torch.autocast(device, dtype=torch.bfloat16, enabled=bf16):
-        if getattr(model.config, "final_logit_softcapping", None):
-            logits = model(input_ids=input_ids, attention_mask=attn).logits[:, :-1][sel].float()
-        else:
-            hidden = model.base_model(input_ids=input_ids, attention_mask=attn).last_hidden_state[:, :-1]
-            logits = model.get_output_embeddings()(hidden[sel]).float()
-    logits = logits / temperature
-    logp_all = torch.log_softmax(logits, -1)
-    picked = logp_all.gather(-1, tgt[sel][:, None]).squeeze(-1)
-    logp = torch.zeros(tgt.shape, dtype=picked.dtype, device=picked.device).masked_scatter(sel, picked)
-    ent = None
-    if want_entropy:
-        with torch.no_grad():
-            e = -(logp_all.exp() * logp_all).sum(-1)
-            ent = torch.zeros(tgt.shape, dtype=e.dtype, device=e.device).masked_scatter(sel, e)
-    return logp, ent
+    short: bool = False  # dynamic sampling ended below the batch (max_gen_batches reached)
 
 
 @dataclass(frozen=True)
@@ -133,7 +104,8 @@ class TrainConfig:
     aggregation: str | None = None  # loss aggregation; None: the preset's (gradus list presets)
     eps_low: float | None = None  # PPO clip below 1 - eps_low; None: the preset's (0.2, PPO)
     eps_high: float | None = None  # PPO clip above 1 + eps_high; None: the preset's (DAPO clip-higher: 0.28)
-    dual_clip: float | None = None  # dual-clip bound c > 1 on negative advantages (Ye et al. 2020); None: off
+    dual_clip: float | None = None  # dual-clip bound c > 1 on negative advantages (Ye et al. 2020); None: the preset's
+    # (dapo: 10, verl's DAPO recipe clip_ratio_c; others off)
     kl_coef: float | None = None  # k3 KL weight to the reference model; None: the preset's (grpo 0.04, others 0)
     dynamic_sampling: bool | None = None  # DAPO's dynamic sampling; None: the preset's
     overlong_shaping: bool | None = None  # DAPO's soft overlong penalty; None: the preset's
@@ -151,7 +123,13 @@ class TrainConfig:
     max_prompt_tokens: int = 512  # longer prompts are skipped (counted as prompts_too_long)
     temperature: float = 1.0  # DAPO and Dr. GRPO sample at 1.0
     top_p: float = 1.0  # nucleus for rollouts (DAPO, Dr. GRPO: 1.0)
-    max_gen_batches: int = 3  # dynamic sampling: generation rounds per step at most
+    max_gen_batches: int = 10  # dynamic sampling: full generation batches per step at most (verl's DAPO recipe: 10);
+    # 0: no limit. Kept groups past prompts_per_step are dropped; a step never trains on fewer
+    short_batch: str = "error"  # still short after max_gen_batches: error (verl raises) | skip (no update, logged)
+    rollout_batch_prompts: int | None = None  # hf rollouts: prompts per generate call; None: a rank's whole round
+    vllm_gpu_memory_utilization: float = 0.3  # GPU memory share of the colocated vLLM (TRL colocate 0.3, verl 0.5)
+    vllm_sleep: bool | None = None  # vLLM sleep mode: free its weights and KV cache while updating; None: on GPU
+    logprob_chunk: int = 1024  # completion tokens per vocabulary projection (recomputed in backward); 0: all at once
     # optimization
     steps: int = 100
     lr: float = 1e-6  # DAPO: constant 1e-6 after warm-up
@@ -171,6 +149,8 @@ class TrainConfig:
     stage_steps: int | None = None  # steps per curriculum stage (None: split steps evenly over stages)
     advance_at: float | None = None  # or advance once the stage's running accuracy reaches this
     prioritized: bool = True  # Kimi k1.5: p_i ~ max(floor, 1 - s_i), s_i tracked online
+    curriculum_sampling: str = "weighted"  # weighted: batches drawn with those probabilities (Kimi's sampling) |
+    # epoch: each prompt once an epoch, the weights deciding only the order
     weight_floor: float = 0.05  # floor of Kimi's max(floor, 1 - s) sampling weight (our choice)
     # evaluation, logging, checkpoints
     eval_data: list[str] = field(default_factory=list, metadata={"path": True})  # held-out export folders
@@ -201,7 +181,8 @@ class TrainConfig:
             "advantage": self.advantage or p.advantage, "aggregation": self.aggregation or p.aggregation,
             "eps_low": p.eps_low if self.eps_low is None else self.eps_low,
             "eps_high": p.eps_high if self.eps_high is None else self.eps_high,
-            "dual_clip": self.dual_clip, "kl_coef": p.kl_coef if self.kl_coef is None else self.kl_coef,
+            "dual_clip": p.dual_clip if self.dual_clip is None else self.dual_clip,
+            "kl_coef": p.kl_coef if self.kl_coef is None else self.kl_coef,
             "dynamic_sampling": p.dynamic_sampling if self.dynamic_sampling is None else self.dynamic_sampling,
             "overlong_shaping": p.overlong_shaping if self.overlong_shaping is None else self.overlong_shaping,
             "overlong_buffer": self.overlong_buffer if self.overlong_buffer is not None else max(1, self.max_tokens // 5),
@@ -231,6 +212,18 @@ class TrainConfig:
             raise TrainError("temperature must be > 0: GRPO needs sampled groups (log-probs are taken at that temperature)")
         if self.group_size < 2:
             raise TrainError("group_size must be >= 2: group baselines need at least two completions")
+        if self.max_gen_batches < 0:
+            raise TrainError("max_gen_batches must be >= 0 (0: no limit)")
+        if self.short_batch not in ("error", "skip"):
+            raise TrainError(f"short_batch must be error or skip, not {self.short_batch!r}")
+        if self.curriculum_sampling not in ("weighted", "epoch"):
+            raise TrainError(f"curriculum_sampling must be weighted or epoch, not {self.curriculum_sampling!r}")
+        if not 0 < self.vllm_gpu_memory_utilization <= 1:
+            raise TrainError("vllm_gpu_memory_utilization must be in (0, 1]")
+        if self.logprob_chunk < 0:
+            raise TrainError("logprob_chunk must be >= 0 (0: one pass)")
+        if self.rollout_batch_prompts is not None and self.rollout_batch_prompts < 1:
+            raise TrainError("rollout_batch_prompts must be >= 1")
 
 
 class Trainer:
@@ -242,6 +235,62 @@ class Trainer:
         self.resume = resume
         self.step = 0
         self.bad_in_row = 0
+        self.world, self.rank = 1, 0
+
+    # ---- distributed helpers (no-ops in one process) -------------------------------------------------
+    def _dist_init(self) -> None:
+        """Data parallel on torch.distributed when launched by torchrun (WORLD_SIZE > 1): NCCL on GPUs, gloo on CPU."""
+        torch = self.torch
+        self.world = int(os.environ.get("WORLD_SIZE", "1"))
+        self.rank = int(os.environ.get("RANK", "0"))
+        if self.world == 1:
+            return
+        import torch.distributed as dist
+
+        if torch.cuda.is_available():
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        if not dist.is_initialized():
+            dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+    def _gather(self, obj) -> list:
+        """Every rank's ``obj``, in rank order (one process: ``[obj]``)."""
+        if self.world == 1:
+            return [obj]
+        import torch.distributed as dist
+
+        out: list = [None] * self.world
+        dist.all_gather_object(out, obj)
+        return out
+
+    def _sum(self, values: list[float], op: str = "sum") -> list[float]:
+        if self.world == 1:
+            return values
+        import torch.distributed as dist
+
+        t = self.torch.tensor(values, dtype=self.torch.float64, device=self._comm_device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM)
+        return t.tolist()
+
+    def _barrier(self) -> None:
+        if self.world > 1:
+            import torch.distributed as dist
+
+            dist.barrier()
+
+    def _shard(self) -> None:
+        """FSDP2: each decoder layer its own unit, then the policy module (embeddings, norm, head) as the root."""
+        from torch.distributed.fsdp import fully_shard
+
+        layers = getattr(self.model.base_model, "layers", None)
+        if layers is None:
+            raise TrainError(f"{type(self.model).__name__}: no decoder layers at .base_model.layers to shard with FSDP2")
+        for layer in layers:
+            fully_shard(layer)
+        fully_shard(self.policy)
 
     # ---- setup -------------------------------------------------------------------------------------
     def setup(self) -> None:
@@ -250,10 +299,13 @@ class Trainer:
 
         from curate.difficulty import GradingPool, ModelError, SamplingConfig, resolve_model
         from rl_stage.data import CurriculumSampler, held_out_prompts
+        from rl_stage.policy import PolicyModule
 
         cfg = self.cfg
         self.torch = torch
+        self._dist_init()
         self.device = "cuda" if torch.cuda.is_available() else "cpu"
+        self._comm_device = torch.device("cuda", torch.cuda.current_device()) if self.device == "cuda" else torch.device("cpu")
         self.bf16 = cfg.bf16 if cfg.bf16 is not None else self.device == "cuda"
         random.seed(cfg.seed)
         np.random.seed(cfg.seed)
@@ -264,6 +316,7 @@ class Trainer:
             log.warning("no complete checkpoint in %s: starting from step 0", self.out / "checkpoints")
         if not self.resume and (self.out / "metrics.jsonl").exists():
             raise TrainError(f"{self.out} already holds a run: use --resume to continue it, or another out folder")
+        self._barrier()  # every rank has looked before rank 0 writes
         path, self.model_name = resolve_model(cfg.model)
         load_from = str(ckpt) if ckpt else path
         # Precision: the policy's weights and AdamW's state are fp32 whatever ``bf16`` says; bf16 is used for
@@ -278,19 +331,25 @@ class Trainer:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         if cfg.gradient_checkpointing or (cfg.gradient_checkpointing is None and self.device == "cuda"):
             self.model.gradient_checkpointing_enable()
-        self.ref = None
-        if self.alg["kl_coef"] > 0:  # frozen: bf16 storage is fine
+        self.policy = PolicyModule(self.model, cfg.temperature, self.bf16, self.device, cfg.logprob_chunk)
+        if self.world > 1:
+            self._shard()
+        self.ref = self.ref_policy = None
+        if self.alg["kl_coef"] > 0:  # frozen: bf16 storage is fine; a whole copy on every rank
             ref_dtype = torch.bfloat16 if self.bf16 else torch.float32
             self.ref = AutoModelForCausalLM.from_pretrained(path, dtype=ref_dtype).to(self.device).eval()
             for p in self.ref.parameters():
                 p.requires_grad_(False)
-        self.opt = torch.optim.AdamW(self.model.parameters(), lr=cfg.lr, betas=cfg.adam_betas, weight_decay=cfg.weight_decay)
+            self.ref_policy = PolicyModule(self.ref, cfg.temperature, self.bf16, self.device, cfg.logprob_chunk)
+        self.opt = torch.optim.AdamW(self.policy.parameters(), lr=cfg.lr, betas=cfg.adam_betas, weight_decay=cfg.weight_decay)
         # the schedule advances once per rollout step (the unit DAPO's 20-step warm-up counts in), not per update
         warm = max(0, cfg.warmup_steps)
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lambda s: min(1.0, (s + 1) / warm) if warm else 1.0)
         stage_steps = cfg.stage_steps
+        # every rank holds the same sampler (same seed, same updates from every rank's groups): the global batch
+        # is the one a single process would draw, and each rank rolls out its share of it
         self.sampler = CurriculumSampler(cfg.data, seed=cfg.seed, stage_steps=None, advance_at=cfg.advance_at,
-                                         prioritized=cfg.prioritized, floor=cfg.weight_floor)
+                                         prioritized=cfg.prioritized, floor=cfg.weight_floor, mode=cfg.curriculum_sampling)
         if stage_steps is None and len(self.sampler.stages) > 1:
             stage_steps = max(1, cfg.steps // len(self.sampler.stages))
         self.sampler.stage_steps = stage_steps
@@ -301,50 +360,74 @@ class Trainer:
         if cfg.top_p < 1 and cfg.rollout_backend == "vllm":
             log.warning("top_p < 1: vLLM's log-probs are of the renormalized nucleus, the trainer's of the full "
                         "tempered distribution (as TRL and verl); rollout_logp_abs_diff is biased upward")
-        self.eval_prompts = held_out_prompts(cfg.eval_data, cfg.eval_prompts, seed=cfg.seed + 1) if cfg.eval_data else []
+        self.eval_prompts = held_out_prompts(cfg.eval_data, cfg.eval_prompts) if cfg.eval_data else []
         self.scfg = SamplingConfig(k=cfg.group_size, temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens,
                                    seed=cfg.seed, max_prompt_tokens=cfg.max_prompt_tokens)
         self.grader = GradingPool().start()
         self._engine(path)
         if ckpt:
             self._load_state(ckpt)
+        elif self.world > 1 and cfg.rollout_backend == "vllm":
+            self._push()
         self._tb = None
-        if cfg.tensorboard:
+        if cfg.tensorboard and self.main:
             from torch.utils.tensorboard import SummaryWriter
 
             self._tb = SummaryWriter(str(self.out / "tensorboard"))
-        (self.out / "config.json").write_text(json.dumps({**asdict(cfg), "resolved": self.alg}, indent=2, default=str))
+        if self.main:
+            (self.out / "config.json").write_text(json.dumps({**asdict(cfg), "resolved": self.alg, "world_size": self.world},
+                                                             indent=2, default=str))
 
     def _engine(self, path: str) -> None:
         self.engine: VLLMSampler | HFSampler
-        if self.cfg.rollout_backend == "vllm":
+        cfg = self.cfg
+        if cfg.rollout_backend == "vllm":
             # processed log-probs: after temperature scaling, i.e. of the distribution that was sampled (vLLM's
-            # default returns the raw model's), so the rollout/trainer mismatch check compares like with like
+            # default returns the raw model's), so the rollout/trainer mismatch check compares like with like.
+            # Colocated: in this process on this rank's device, sharing it with the trainer (memory share, sleep).
+            sleep = cfg.vllm_sleep if cfg.vllm_sleep is not None else self.device == "cuda"
             self.engine = VLLMSampler(path, self.scfg, model_name=self.model_name, dtype="bfloat16" if self.bf16 else None,
-                                      logprobs_mode="processed_logprobs")
+                                      logprobs_mode="processed_logprobs", colocate=True, sleep_mode=sleep,
+                                      gpu_memory_utilization=cfg.vllm_gpu_memory_utilization)
+        elif self.world > 1:  # the trained model is sharded: each rank samples from a whole copy, pushed after updates
+            self.engine = HFSampler(path, self.scfg, model_name=self.model_name, dtype="bfloat16" if self.bf16 else "float32",
+                                    tokenizer=self.tokenizer, batch_prompts=cfg.rollout_batch_prompts or cfg.prompts_per_step)
         else:
             self.engine = HFSampler(path, self.scfg, model_name=self.model_name, model=self.model, tokenizer=self.tokenizer,
-                                    batch_prompts=self.cfg.prompts_per_step)
+                                    batch_prompts=cfg.rollout_batch_prompts or cfg.prompts_per_step)
+
+    def _full_weights(self, dtype):
+        """(name, tensor) of the whole model, one tensor at a time: gathered from the FSDP shards (every rank takes
+        part, in the same order) and cast to the engine's dtype, so at most one extra tensor is alive."""
+        from torch.distributed.tensor import DTensor
+
+        with self.torch.no_grad():
+            for k, v in self.model.state_dict().items():
+                t = v.full_tensor() if isinstance(v, DTensor) else v
+                yield k, t.detach().to(dtype)
 
     def _push(self) -> float:
-        if not isinstance(self.engine, VLLMSampler):  # transformers rollouts sample from the trained model itself
-            return 0.0
-        return self.engine.push_weights((k, v.detach()) for k, v in self.model.state_dict().items())
+        if isinstance(self.engine, VLLMSampler):
+            return self.engine.push_weights(self._full_weights(self.engine.dtype))
+        if self.world > 1:  # transformers rollouts from a whole copy
+            return self.engine.load_weights(self._full_weights(next(self.engine.model.parameters()).dtype))
+        return 0.0  # transformers rollouts sample from the trained model itself
 
     # ---- rollouts and rewards ----------------------------------------------------------------------
-    def _requests(self, prompts, tag: str):
+    def _requests(self, prompts, tag: str, positions: list[int]):
         from curate.difficulty import templates
 
         reqs, ok = [], []
         special = templates.adds_special_tokens(self.cfg.template)
-        for i, p in enumerate(prompts):
+        for i, p in zip(positions, prompts, strict=True):
             text = templates.render(self.cfg.template, p.problem, self.tokenizer)
             ids = self.tokenizer(text, add_special_tokens=special)["input_ids"]
             if len(ids) > self.cfg.max_prompt_tokens:
                 continue
-            # request ids are positional: two rows may share a problem id (the same text in two sources)
+            # request ids are positional: two rows may share a problem id (the same text in two sources); the
+            # position is the prompt's place in the global batch, so its samples do not depend on the rank
             reqs.append(self._gen_request(f"{i}:{p.id}", text, ids, f"{tag}/{i}/{p.id}"))
-            ok.append(p)
+            ok.append((i, p))
         return reqs, ok
 
     @staticmethod
@@ -353,14 +436,32 @@ class Trainer:
 
         return GenRequest(pid, text, ids, None, key)
 
-    def _generate(self, prompts, tag: str, cfg=None):
-        reqs, ok = self._requests(prompts, tag)
+    def _generate(self, prompts, tag: str, cfg=None, positions: list[int] | None = None):
+        """[(position, prompt, prompt ids, completions)] for the prompts that fit, and how many did not."""
+        positions = list(range(len(prompts))) if positions is None else positions
+        reqs, ok = self._requests(prompts, tag, positions)
         self.model.eval()
         # transformers rollouts sample from the trained model itself, under the same autocast as its training pass
         with self.torch.autocast(self.device, dtype=self.torch.bfloat16,
                                  enabled=self.bf16 and self.cfg.rollout_backend == "hf"):
             res = dict(self.engine.stream(reqs, logprobs=self.cfg.rollout_backend == "vllm", cfg=cfg))
-        return [(p, r.prompt_ids, res[r.id]) for p, r in zip(ok, reqs, strict=True)], len(prompts) - len(ok)
+        return [(i, p, r.prompt_ids, res[r.id]) for (i, p), r in zip(ok, reqs, strict=True)], len(prompts) - len(ok)
+
+    def _round(self, prompts, tag: str, cfg=None):
+        """Generate and grade one global batch: each rank its share (positions rank, rank + world, ...), then
+        every rank gets all groups in global order: [(position, (prompt, prompt ids, completions), rewards,
+        correct)], the number of prompts too long, and this rank's generate and reward seconds."""
+        mine = list(range(self.rank, len(prompts), self.world))
+        tg = time.perf_counter()
+        groups, n_long = self._generate([prompts[i] for i in mine], tag, cfg=cfg, positions=mine)
+        gen_s = time.perf_counter() - tg
+        tr = time.perf_counter()
+        rewards, correct = self._rewards([g[1:] for g in groups])
+        reward_s = time.perf_counter() - tr
+        local = [(g[0], g[1:], r, c) for g, r, c in zip(groups, rewards, correct, strict=True)]
+        parts = self._gather((local, n_long))
+        merged = sorted((x for part, _ in parts for x in part), key=lambda x: x[0])
+        return merged, sum(n for _, n in parts), gen_s, reward_s
 
     def _rewards(self, groups) -> tuple[list[list[float]], list[list[bool]]]:
         """Shaped rewards and correctness per group. A completion cut off before any explicit answer is wrong
@@ -390,9 +491,6 @@ class Trainer:
         return rewards, correct
 
     # ---- the step: rollout, reward, advantages, update, push -----------------------------------------
-    def _logps(self, model, input_ids, attn, comp_mask, want_entropy=False):
-        return token_logps(model, input_ids, attn, comp_mask, self.cfg.temperature, self.bf16, self.device, want_entropy)
-
     def _batch(self, seqs: list[_Seq]):
         """Right-padded input ids, attention and completion masks (aligned to next-token targets)."""
         torch = self.torch
@@ -409,35 +507,43 @@ class Trainer:
         return ids.to(self.device), attn.to(self.device), cm.to(self.device)
 
     def _rollout(self) -> _Rollout:
-        """Generate and reward groups until ``prompts_per_step`` carry a learning signal (DAPO's dynamic
-        sampling, at most ``max_gen_batches`` rounds) or, without dynamic sampling, one round."""
+        """Generate and reward groups until ``prompts_per_step`` carry a learning signal, or one round without
+        dynamic sampling. DAPO's dynamic sampling as verl's recipe runs it: each round draws a *full* generation
+        batch, rounds go on until enough groups are kept (at most ``max_gen_batches``; 0: no limit), the kept
+        groups past the batch are dropped, and a batch still short is never trained on (``short_batch``)."""
         import torch
 
         from rl_stage import algorithms
 
         cfg, alg = self.cfg, self.alg
         ro = _Rollout()
-        rounds = cfg.max_gen_batches if alg["dynamic_sampling"] else 1
-        while len(ro.kept) < cfg.prompts_per_step and ro.gen_rounds < rounds:
-            prompts = self.sampler.sample(cfg.prompts_per_step - len(ro.kept))
-            tg = time.perf_counter()
-            groups, n_long = self._generate(prompts, f"{self.step}/{ro.gen_rounds}")
-            ro.gen_s += time.perf_counter() - tg
+        dynamic = alg["dynamic_sampling"]
+        limit = (cfg.max_gen_batches or None) if dynamic else 1
+        target = min(cfg.prompts_per_step, self.sampler.size)
+        kept_ids: set[str] = set()
+        while len(ro.kept) < target and (limit is None or ro.gen_rounds < limit):
+            prompts = self.sampler.sample(cfg.prompts_per_step)
+            groups, n_long, gen_s, reward_s = self._round(prompts, f"{self.step}/{ro.gen_rounds}")
+            ro.gen_s += gen_s
+            ro.reward_s += reward_s
             ro.too_long += n_long
-            tr = time.perf_counter()
-            rewards, correct = self._rewards(groups)
-            ro.reward_s += time.perf_counter() - tr
             ro.gen_rounds += 1
             ro.groups_generated += len(groups)
-            for g, r, c in zip(groups, rewards, correct, strict=True):
+            for _, g, r, c in groups:
                 self.sampler.update(g[0].id, sum(c), len(c))
                 ro.accuracy.append(sum(c) / len(c))
                 signal = [float(x) for x in c] if alg["dynamic_sampling_metric"] == "acc" else r
-                if alg["dynamic_sampling"] and not bool(algorithms.dynamic_sampling_keep(torch.tensor([signal]))[0]):
+                if dynamic and (not bool(algorithms.dynamic_sampling_keep(torch.tensor([signal]))[0]) or g[0].id in kept_ids):
                     ro.dropped += 1
                     continue
+                kept_ids.add(g[0].id)
                 ro.kept.append((g, r, c))
-        ro.kept = ro.kept[: cfg.prompts_per_step]
+            if dynamic and len(ro.kept) < target:
+                log.info("step %d: %d of %d groups with a learning signal after %d generation batch(es)%s",
+                         self.step + 1, len(ro.kept), target, ro.gen_rounds,
+                         "" if limit is None or ro.gen_rounds < limit else "; max_gen_batches reached")
+        ro.short = dynamic and len(ro.kept) < target
+        ro.kept = ro.kept[:target]
         return ro
 
     def _sequences(self, kept) -> tuple[list[_Seq], tuple[Any, Any]]:
@@ -460,12 +566,21 @@ class Trainer:
         bounds = np.array_split(np.arange(n_groups), n)
         return [[i for i, q in enumerate(seqs) if q.group in set(b.tolist())] for b in bounds]
 
-    def _micro(self, minis: list[list[int]]):
-        """(mini-batch index, micro-batch start, positions) in update order: the same grid for every pass."""
+    def _micro(self, seqs: list[_Seq], minis: list[list[int]]):
+        """(mini-batch index, micro-batch index, sequences) of this rank, in update order: the same grid for every
+        pass. A rank takes every world-th sequence of a mini-batch; every rank runs the same number of
+        micro-batches (FSDP's collectives need it), a rank with nothing left runs one sequence with an empty mask."""
         mb = self.cfg.micro_batch_size
         for m, mini in enumerate(minis):
-            for s in range(0, len(mini), mb):
-                yield m, s, mini[s : s + mb]
+            share = mini[self.rank :: self.world]
+            n_micro = math.ceil(math.ceil(len(mini) / self.world) / mb)
+            for s in range(n_micro):
+                part = [seqs[i] for i in share[s * mb : (s + 1) * mb]]
+                if not part:
+                    from dataclasses import replace
+
+                    part = [replace(seqs[mini[0]], use=False)]
+                yield m, s, part
 
     def _reference_passes(self, seqs: list[_Seq], minis: list[list[int]], need_old: bool) -> tuple[dict, dict, list[float]]:
         """Log-probs before any update: the sampling policy's (when a later update needs a ratio against it)
@@ -474,17 +589,16 @@ class Trainer:
         old: dict[tuple[int, int], Any] = {}
         ref: dict[tuple[int, int], Any] = {}
         mismatch: list[float] = []
-        if not need_old and self.ref is None:
+        if not need_old and self.ref_policy is None:
             return old, ref, mismatch
         with torch.no_grad():
-            for m, s, pos in self._micro(minis):
-                part = [seqs[i] for i in pos]
+            for m, s, part in self._micro(seqs, minis):
                 ids, attn, cm = self._batch(part)
                 if need_old:
-                    old[m, s] = self._logps(self.model, ids, attn, cm)[0]
+                    old[m, s] = self.policy(ids, attn, cm)[0]
                     mismatch += self._mismatch(part, old[m, s])
-                if self.ref is not None:
-                    ref[m, s] = self._logps(self.ref, ids, attn, cm)[0]
+                if self.ref_policy is not None:
+                    ref[m, s] = self.ref_policy(ids, attn, cm)[0]
         return old, ref, mismatch
 
     def _mismatch(self, part: list[_Seq], lp) -> list[float]:
@@ -499,10 +613,13 @@ class Trainer:
     def _update(self, seqs: list[_Seq]) -> _UpdateStats:
         """``num_iterations`` epochs of one optimizer update per mini-batch, micro-batches accumulated.
 
-        Each mini-batch is its own loss (aggregated with its own sequence and token counts, as verl and TRL
-        do). With one update per rollout batch the sampling policy is the current one, so the first pass's
-        detached log-probs serve as the old ones; otherwise they come from a no-grad pass before any update.
-        A non-finite loss or gradient stops this step's updates; updates already made stay (and are pushed).
+        Each mini-batch is its own loss, aggregated with the *global* mini-batch's sequence and token counts (as
+        verl and TRL do; every rank holds the whole batch's metadata, so these are the all-reduced counts). A
+        rank's loss is its share of that one loss; FSDP averages gradients over ranks, so each rank's loss is
+        scaled by the world size: N ranks compute the gradient of one process on the same global batch. With one
+        update per rollout batch the sampling policy is the current one, so the first pass's detached
+        log-probs serve as the old ones; otherwise they come from a no-grad pass before any update. A non-finite
+        loss or gradient stops this step's updates (every rank agrees); updates already made stay (and are pushed).
         """
         torch, cfg, alg = self.torch, self.cfg, self.alg
         from rl_stage import algorithms
@@ -511,17 +628,17 @@ class Trainer:
         need_old = len(minis) > 1 or cfg.num_iterations > 1
         old, ref, mismatch = self._reference_passes(seqs, minis, need_old)
         st = _UpdateStats()
-        self.model.train()
+        self.policy.train()
+        sums = np.zeros(5)  # clip_low, clip_high, kl, entropy, tokens: this rank's
         for epoch in range(cfg.num_iterations):
             for m, mini in enumerate(minis):
                 n_seqs = len(mini)
                 n_tokens = max(1, sum(len(seqs[i].completion) for i in mini if seqs[i].use))
                 self.opt.zero_grad(set_to_none=True)
-                loss_total = 0.0
-                for _, s, pos in self._micro([mini]):
-                    part = [seqs[i] for i in pos]
+                loss_total, bad = 0.0, False
+                for _, s, part in self._micro(seqs, [mini]):
                     ids, attn, cm = self._batch(part)
-                    lp, ent = self._logps(self.model, ids, attn, cm, want_entropy=True)
+                    lp, ent = self.policy(ids, attn, cm, want_entropy=True)
                     if need_old:
                         old_lp = old[m, s]
                     else:  # one update per batch: the policy that sampled is this one
@@ -531,26 +648,31 @@ class Trainer:
                     a = torch.tensor([q.advantage for q in part], device=self.device)
                     pl, info = algorithms.clipped_policy_loss(lp, old_lp, a, alg["eps_low"], alg["eps_high"], alg["dual_clip"])
                     tok_loss = pl
-                    if self.ref is not None:
+                    if self.ref_policy is not None:
                         kl = algorithms.kl_k3(lp, ref[m, s])
                         tok_loss = tok_loss + alg["kl_coef"] * kl
-                        st.kl += float((kl * cm).sum())
+                        sums[2] += float((kl * cm).sum())
                     loss = algorithms.aggregate(alg["aggregation"], tok_loss, cm, n_seqs=n_seqs, n_tokens=n_tokens,
                                                 max_len=cfg.max_tokens)
                     if not torch.isfinite(loss):
-                        st.skipped = "non-finite loss"
-                        break
-                    loss.backward()
+                        bad = True
+                        if self.world == 1:
+                            break
+                    (loss * self.world).backward()
                     loss_total += loss.item()
                     with torch.no_grad():
                         dev = ((lp - old_lp).exp() - 1).abs() * cm
                         st.ratio_dev_max = max(st.ratio_dev_max, float(dev.max()) if dev.numel() else 0.0)
-                    st.clip_low += float((info["clip_low"] * cm).sum())
-                    st.clip_high += float((info["clip_high"] * cm).sum())
-                    st.entropy += float((ent * cm).sum())
-                    st.tokens += float(cm.sum())
-                if st.skipped is None:
-                    gn = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm))
+                    sums[0] += float((info["clip_low"] * cm).sum())
+                    sums[1] += float((info["clip_high"] * cm).sum())
+                    sums[3] += float((ent * cm).sum())
+                    sums[4] += float(cm.sum())
+                bad_any, loss_total = self._sum([float(bad), loss_total])
+                if bad_any:
+                    st.skipped = "non-finite loss"
+                else:
+                    gn = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.max_grad_norm)
+                    gn = float(gn.full_tensor() if hasattr(gn, "full_tensor") else gn)
                     if math.isfinite(gn):
                         st.grad_norm = gn
                     else:
@@ -565,7 +687,9 @@ class Trainer:
                 break
         if st.updates:
             st.loss /= st.updates
-        st.mismatch = mismatch
+        st.clip_low, st.clip_high, st.kl, st.entropy, st.tokens = self._sum(sums.tolist())
+        st.ratio_dev_max = self._sum([st.ratio_dev_max], op="max")[0]
+        st.mismatch = [x for part in self._gather(mismatch) for x in part]
         return st
 
     def _advance_schedule(self) -> None:
@@ -584,17 +708,31 @@ class Trainer:
                    "groups_generated": ro.groups_generated, "dropped_groups": ro.dropped, "gen_rounds": ro.gen_rounds,
                    "prompts_too_long": ro.too_long, "accuracy": float(np.mean(ro.accuracy)) if ro.accuracy else None}
         lr = self.sched.get_last_lr()[0]  # the rate this step's updates use
-        if not ro.kept:
-            metrics.update({"skipped": "no group with a learning signal", "lr": lr, "time/generate_s": round(ro.gen_s, 3),
+        skip = None
+        if ro.short:
+            skip = (f"short batch: {len(ro.kept)} of {min(self.cfg.prompts_per_step, self.sampler.size)} groups with a "
+                    f"learning signal after {ro.gen_rounds} generation batches")
+            if self.cfg.short_batch == "error":
+                raise TrainError(f"step {self.step + 1}: {skip} (max_gen_batches {self.cfg.max_gen_batches}): the prompts "
+                                 "are too easy or too hard for the model. Raise max_gen_batches (0: no limit), or set "
+                                 "short_batch = 'skip' to skip such steps")
+        elif not ro.kept:
+            skip = "no group with a learning signal"
+        if skip:
+            metrics.update({"skipped": skip, "lr": lr, "time/generate_s": round(ro.gen_s, 3),
                             "time/reward_s": round(ro.reward_s, 3), "time/step_s": round(time.perf_counter() - t0, 3)})
             self._advance_schedule()
             return metrics
         seqs, (R, adv) = self._sequences(ro.kept)
         tt = time.perf_counter()
+        slept = isinstance(self.engine, VLLMSampler) and self.engine.sleep_mode
+        if isinstance(self.engine, VLLMSampler) and slept:
+            self.engine.sleep()  # free the engine's weights and KV cache for the update
         st = self._update(seqs)
         train_s = time.perf_counter() - tt
         self._advance_schedule()
-        push_s = self._push() if st.updates else 0.0  # weights changed: the engine must sample from them
+        # weights changed (or were freed by sleep): the engine must sample from the new ones
+        push_s = self._push() if (st.updates or slept) else 0.0
         tok = max(1.0, st.tokens)
         adv_flat = adv.flatten()
         lengths = [q.n_tokens for q in seqs]
@@ -613,25 +751,39 @@ class Trainer:
             "time/push_s": round(push_s, 3), "time/step_s": round(time.perf_counter() - t0, 3),
             "tokens_generated": int(sum(lengths)),
         })
+        if self.device == "cuda":
+            metrics["memory/max_allocated_gb"] = round(self.torch.cuda.max_memory_allocated() / 2**30, 3)
         if st.skipped:
             metrics["skipped"] = st.skipped
         return metrics
 
     # ---- evaluation --------------------------------------------------------------------------------
     def evaluate(self) -> dict:
+        """Greedy pass@1 and mean@k at the rollout temperature on the held-out prompts; one line per prompt in
+        ``eval.jsonl`` (step, id, greedy correct, mean@k), so runs (seeds, arms) compare prompt by prompt."""
         if not self.eval_prompts:
             return {}
         from dataclasses import replace
 
+        k = self.cfg.eval_k
         greedy = replace(self.scfg, k=1, temperature=0.0)
-        sampled = replace(self.scfg, k=self.cfg.eval_k)
-        g_groups, _ = self._generate(self.eval_prompts, "eval-greedy", cfg=greedy)
-        s_groups, _ = self._generate(self.eval_prompts, "eval", cfg=sampled)
-        _, g_c = self._rewards(g_groups)
-        _, s_c = self._rewards(s_groups)
-        return {"eval/pass@1_greedy": float(np.mean([c[0] for c in g_c])) if g_c else None,
-                f"eval/mean@{self.cfg.eval_k}": float(np.mean([np.mean(c) for c in s_c])) if s_c else None,
-                "eval/prompts": len(g_c)}
+        sampled = replace(self.scfg, k=k)
+        g_groups, _, _, _ = self._round(self.eval_prompts, "eval-greedy", cfg=greedy)
+        s_groups, _, _, _ = self._round(self.eval_prompts, "eval", cfg=sampled)
+        sampled_by_pos = {pos: c for pos, _, _, c in s_groups}
+        rows = []
+        for pos, g, _, c in g_groups:
+            if pos in sampled_by_pos:
+                s_c = sampled_by_pos[pos]
+                rows.append({"step": self.step, "id": g[0].id, "greedy_correct": bool(c[0]),
+                             f"mean@{k}": sum(s_c) / len(s_c), "k": k})
+        if self.main:
+            with open(self.out / "eval.jsonl", "a") as f:
+                for r in rows:
+                    f.write(json.dumps(r) + "\n")
+        return {"eval/pass@1_greedy": float(np.mean([r["greedy_correct"] for r in rows])) if rows else None,
+                f"eval/mean@{k}": float(np.mean([r[f"mean@{k}"] for r in rows])) if rows else None,
+                "eval/prompts": len(rows)}
 
     # ---- checkpoints -------------------------------------------------------------------------------
     def _latest_checkpoint(self) -> Path | None:
@@ -640,48 +792,87 @@ class Trainer:
         return done[-1] if done else None
 
     def save(self) -> Path:
+        """Hugging Face model folder + trainer state, under a temporary name, then renamed. With several ranks the
+        optimizer's sharded state goes through torch.distributed.checkpoint (each rank writes its shards into
+        ``optimizer/``; a shared file system across nodes) and each rank's RNG to ``rng_rank<r>.pt``."""
         torch = self.torch
         root = self.out / "checkpoints"
         final = root / f"step_{self.step:06d}"
         tmp = root / f".tmp_step_{self.step:06d}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        self.model.save_pretrained(tmp, safe_serialization=True)
-        self.tokenizer.save_pretrained(tmp)
-        state = {"step": self.step, "optimizer": self.opt.state_dict(), "scheduler": self.sched.state_dict(),
-                 "sampler": self.sampler.state_dict(), "python_rng": random.getstate(), "numpy_rng": np.random.get_state(),
-                 "torch_rng": torch.get_rng_state(), "bad_in_row": self.bad_in_row,
-                 "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
-        torch.save(state, tmp / "trainer_state.pt")
-        shutil.rmtree(final, ignore_errors=True)
-        os.replace(tmp, final)
-        for old in sorted(p for p in root.glob("step_*"))[: -self.cfg.keep_checkpoints]:
-            shutil.rmtree(old, ignore_errors=True)
+        if self.main:
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir(parents=True)
+        self._barrier()
+        rng = {"torch_rng": torch.get_rng_state(),
+               "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
+        if self.world > 1:
+            import torch.distributed.checkpoint as dcp
+            from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_optimizer_state_dict
+
+            full = get_model_state_dict(self.policy, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+            if self.main:
+                self.model.save_pretrained(tmp, state_dict={k.removeprefix("lm."): v for k, v in full.items()},
+                                           safe_serialization=True)
+            del full
+            dcp.save({"optimizer": get_optimizer_state_dict(self.policy, self.opt)}, checkpoint_id=str(tmp / "optimizer"))
+            torch.save(rng, tmp / f"rng_rank{self.rank}.pt")
+        elif self.main:
+            self.model.save_pretrained(tmp, safe_serialization=True)
+        if self.main:
+            self.tokenizer.save_pretrained(tmp)
+            state = {"step": self.step, "scheduler": self.sched.state_dict(), "world_size": self.world,
+                     "sampler": self.sampler.state_dict(), "python_rng": random.getstate(), "numpy_rng": np.random.get_state(),
+                     "bad_in_row": self.bad_in_row, **({"optimizer": self.opt.state_dict(), **rng} if self.world == 1 else {})}
+            torch.save(state, tmp / "trainer_state.pt")
+        self._barrier()
+        if self.main:
+            shutil.rmtree(final, ignore_errors=True)
+            os.replace(tmp, final)
+            for old in sorted(p for p in root.glob("step_*"))[: -self.cfg.keep_checkpoints]:
+                shutil.rmtree(old, ignore_errors=True)
+        self._barrier()
         return final
 
     def _load_state(self, ckpt: Path) -> None:
         torch = self.torch
         st = torch.load(ckpt / "trainer_state.pt", weights_only=False)
+        if st.get("world_size", 1) != self.world:
+            raise TrainError(f"{ckpt} was written by {st.get('world_size', 1)} rank(s); resume it with as many "
+                             f"(this run has {self.world})")
         self.step = st["step"]
-        self.opt.load_state_dict(st["optimizer"])
+        if self.world > 1:
+            import torch.distributed.checkpoint as dcp
+            from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_optimizer_state_dict
+
+            osd = {"optimizer": get_optimizer_state_dict(self.policy, self.opt)}
+            dcp.load(osd, checkpoint_id=str(ckpt / "optimizer"))
+            set_optimizer_state_dict(self.policy, self.opt, osd["optimizer"])
+            rng = torch.load(ckpt / f"rng_rank{self.rank}.pt", weights_only=False)
+        else:
+            self.opt.load_state_dict(st["optimizer"])
+            rng = st
         self.sched.load_state_dict(st["scheduler"])
         self.sampler.load_state_dict(st["sampler"])
         random.setstate(st["python_rng"])
         np.random.set_state(st["numpy_rng"])
-        torch.set_rng_state(st["torch_rng"])
-        if st.get("cuda_rng") is not None and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(st["cuda_rng"])
+        torch.set_rng_state(rng["torch_rng"])
+        if rng.get("cuda_rng") is not None and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(rng["cuda_rng"])
         self.bad_in_row = st["bad_in_row"]
-        # metrics written after this checkpoint belong to steps that will be run again
-        mpath = self.out / "metrics.jsonl"
-        if mpath.exists():
-            lines = [ln for ln in mpath.read_text().splitlines() if ln and json.loads(ln).get("step", 0) <= self.step]
-            mpath.write_text("".join(ln + "\n" for ln in lines))
+        # metrics and evaluations written after this checkpoint belong to steps that will be run again
+        for name, key in (("metrics.jsonl", "step"), ("eval.jsonl", "step")):
+            mpath = self.out / name
+            if self.main and mpath.exists():
+                lines = [ln for ln in mpath.read_text().splitlines() if ln and json.loads(ln).get(key, 0) <= self.step]
+                mpath.write_text("".join(ln + "\n" for ln in lines))
+        self._barrier()
         self._push()
         log.info("resumed from %s (step %d)", ckpt, self.step)
 
     # ---- the loop ----------------------------------------------------------------------------------
     def _log(self, m: dict) -> None:
+        if not self.main:
+            return
         with open(self.out / "metrics.jsonl", "a") as f:
             f.write(json.dumps(m) + "\n")
         if self._tb is not None:
@@ -692,6 +883,7 @@ class Trainer:
     def run(self, stop_after: int | None = None, progress: bool = True) -> list[dict]:
         """Train until ``cfg.steps`` (or ``stop_after`` more steps, for tests); returns this call's metrics."""
         self.setup()
+        progress = progress and self.main
         out = []
         try:
             if self.step == 0 and self.eval_prompts:

@@ -7,7 +7,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from rl_stage.data import CurriculumSampler
+from rl_stage.data import CurriculumSampler, DataError, inclusion_probabilities, systematic_pps
 
 
 def _stage(d, name, n, n_correct, k=10):
@@ -19,7 +19,8 @@ def _stage(d, name, n, n_correct, k=10):
 
 
 def test_stages_run_in_order_and_each_epoch_draws_every_prompt_once(tmp_path):
-    s = CurriculumSampler([_stage(tmp_path, "easy", 5, 8), _stage(tmp_path, "hard", 3, 1)], seed=0, stage_steps=2)
+    s = CurriculumSampler([_stage(tmp_path, "easy", 5, 8), _stage(tmp_path, "hard", 3, 1)], seed=0, stage_steps=2,
+                          mode="epoch")
     assert s.stage_name == "easy"
     first = [p.id for p in s.sample(5)]
     assert sorted(first) == [f"easy{i}" for i in range(5)]  # without replacement inside an epoch
@@ -76,3 +77,75 @@ def test_presets_resolve_with_overrides_and_unknown_names_are_listed(tmp_path):
         TrainConfig(data=["x"], preset="ppo").resolved()
     with pytest.raises(ValueError, match="valid: seq-mean-token-mean"):
         TrainConfig(data=["x"], aggregation="mean").resolved()
+
+
+def _mixed(d, n_solved=5, n_unsolved=5):
+    """One stage: ``n_solved`` prompts at 10/10 offline (weight: the floor) and ``n_unsolved`` at 0/10 (weight 1)."""
+    d.mkdir(parents=True, exist_ok=True)
+    n = n_solved + n_unsolved
+    pq.write_table(pa.table({"id": [f"s{i}" for i in range(n_solved)] + [f"u{i}" for i in range(n_unsolved)],
+                             "problem": ["p"] * n, "answer": ["1"] * n, "n_correct": [10] * n_solved + [0] * n_unsolved,
+                             "n_graded": [10] * n, "k": [10] * n}), d / "s.parquet")
+    return str(d)
+
+
+def test_weighted_sampling_gives_kimis_proportional_shares_with_distinct_prompts_per_batch(tmp_path):
+    # Kimi k1.5: P(i) ~ max(floor, 1 - s_i). 5 solved (w 0.05) + 5 unsolved (w 1): the unsolved get 5 / 5.25 = 0.952
+    # of the draws. The epoch mode (every prompt once an epoch) gives them exactly half, whatever the weights.
+    s = CurriculumSampler([_mixed(tmp_path / "a")], seed=0, floor=0.05)
+    draws = 20000
+    counts: dict[str, int] = {}
+    for _ in range(draws):
+        batch = [p.id for p in s.sample(2)]
+        assert len(set(batch)) == 2  # a batch never holds a prompt twice
+        for pid in batch:
+            counts[pid] = counts.get(pid, 0) + 1
+    unsolved = sum(v for k, v in counts.items() if k.startswith("u")) / (2 * draws)
+    assert unsolved == pytest.approx(5 / 5.25, abs=0.005)
+    # each prompt's inclusion rate is n w_i / sum(w): 2 / 5.25 for an unsolved one, 0.1 / 5.25 for a solved one
+    for pid, v in counts.items():
+        want = 2 * (1.0 if pid.startswith("u") else 0.05) / 5.25
+        assert v / draws == pytest.approx(want, abs=0.015), pid
+
+    e = CurriculumSampler([_mixed(tmp_path / "b")], seed=0, floor=0.05, mode="epoch")
+    ids = [p.id for _ in range(500) for p in e.sample(2)]  # 100 whole epochs of 10
+    assert sum(x.startswith("u") for x in ids) / len(ids) == 0.5
+
+
+def test_epoch_mode_never_repeats_a_prompt_in_a_batch_across_an_epoch_boundary(tmp_path):
+    s = CurriculumSampler([_stage(tmp_path, "a", 5, 3)], seed=1, mode="epoch")
+    seen = []
+    for _ in range(50):  # batches of 3 over epochs of 5: every other batch crosses a boundary
+        batch = [p.id for p in s.sample(3)]
+        assert len(set(batch)) == 3, batch
+        seen += batch
+    # still every prompt once per epoch: over 150 draws (30 epochs) each of the 5 comes 30 times
+    assert sorted(seen.count(f"a{i}") for i in range(5)) == [30] * 5
+
+
+def test_inclusion_probabilities_cap_at_one_and_share_out_the_rest():
+    # w = [10, 1, 1, 1], n = 2: 2 * 10 / 13 > 1, so the first is certain; the other draw spreads as 1/3 each
+    assert inclusion_probabilities(np.array([10.0, 1, 1, 1]), 2).tolist() == pytest.approx([1, 1 / 3, 1 / 3, 1 / 3])
+    # no cap needed: n w / sum(w)
+    assert inclusion_probabilities(np.array([1.0, 3.0]), 1).tolist() == pytest.approx([0.25, 0.75])
+    # more asked than there are: every item once
+    assert inclusion_probabilities(np.array([1.0, 2.0]), 5).tolist() == [1.0, 1.0]
+    rng = np.random.default_rng(0)
+    hits = np.zeros(4)
+    for _ in range(6000):
+        got = systematic_pps(np.array([10.0, 1, 1, 1]), 2, rng)
+        assert len(set(got.tolist())) == 2
+        hits[got] += 1
+    assert (hits / 6000).tolist() == pytest.approx([1, 1 / 3, 1 / 3, 1 / 3], abs=0.02)
+
+
+def test_weighted_sampling_follows_online_updates_and_resumes_the_same(tmp_path):
+    paths = [_mixed(tmp_path / "a", 2, 2)]
+    a = CurriculumSampler(paths, seed=5)
+    a.update("s0", 0, 90)  # s0: 10/100 correct now, weight 0.9
+    assert a.weights([0, 1, 2, 3]).tolist() == pytest.approx([0.9, 0.05, 1, 1])
+    b = CurriculumSampler(paths, seed=7)
+    b.load_state_dict(a.state_dict())
+    assert [[p.id for p in a.sample(2)] for _ in range(20)] == [[p.id for p in b.sample(2)] for _ in range(20)]
+    with pytest.raises(DataError, match="weighted, epoch"):
+        CurriculumSampler(paths, mode="shuffle")

@@ -167,10 +167,19 @@ class VLLMSampler(Sampler):
 
     def __init__(self, model_path: str, cfg: SamplingConfig, model_name: str | None = None, dtype: str | None = None,
                  max_inflight: int | None = None, gpu_memory_utilization: float = 0.85, enable_prefix_caching: bool = True,
-                 **engine_kwargs):
+                 colocate: bool = False, sleep_mode: bool = False, **engine_kwargs):
+        """``colocate``: the engine shares the process (and device) with a trainer that pushes weights into it, so
+        its engine core must run in this process whatever ``VLLM_ENABLE_V1_MULTIPROCESSING`` says: tensors cannot
+        cross to an engine-core process through ``collective_rpc`` (they arrive as lists). Under torchrun on GPUs
+        each rank gets its own engine through vLLM's ``external_launcher`` (TRL's colocate mode), which is in
+        process too. ``sleep_mode``: vLLM's sleep mode (CUDA only), so a trainer can free the engine's weights and
+        KV cache while it updates (``sleep`` / ``wake``)."""
         super().__init__(cfg)
         cpu = _cpu_only()
         self.omp = None
+        self.colocate, self.sleep_mode, self.asleep = colocate, sleep_mode and not cpu, False
+        if colocate:
+            _in_process_engine()
         if cpu:
             self.omp = cpu_threads()
             os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
@@ -196,12 +205,19 @@ class VLLMSampler(Sampler):
             kwargs.update(enforce_eager=True, enable_chunked_prefill=False)
         else:
             kwargs["gpu_memory_utilization"] = gpu_memory_utilization
+            if self.sleep_mode:
+                kwargs["enable_sleep_mode"] = True
+            if colocate and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+                kwargs["distributed_executor_backend"] = "external_launcher"  # one engine per rank (TRL colocate)
         kwargs.update(engine_kwargs)
         try:
             self.llm = LLM(**kwargs)
         except Exception as e:
             raise EngineError(f"vLLM could not load {model_path}: {type(e).__name__}: {e}") from e
         self.engine = self.llm.llm_engine
+        if colocate and type(getattr(self.engine, "engine_core", None)).__name__ not in ("InprocClient", "NoneType"):
+            raise EngineError("vLLM started its engine core in another process (VLLM_ENABLE_V1_MULTIPROCESSING was read "
+                              "before gradus could set it to 0): weights cannot be pushed into it; start a new process")
         self.tokenizer = self.llm.get_tokenizer()
         self._next = 0
 
@@ -215,6 +231,7 @@ class VLLMSampler(Sampler):
                cfg: SamplingConfig | None = None) -> Iterator[tuple[str, list[Completion]]]:
         """Each problem becomes k single-sample engine requests with their own seeds, all in one queue."""
         cfg = cfg or self.cfg
+        self.wake()
         it = iter(requests)
         groups: dict[str, list[Completion | None]] = {}
         engine_ids: dict[str, list[str]] = {}
@@ -260,11 +277,48 @@ class VLLMSampler(Sampler):
         return {**super().info(), **({"cpu_threads": self.omp} if self.omp else {})}
 
     def push_weights(self, named_tensors) -> float:
-        """Load new weights into the running engine (GRPO rollouts); returns seconds taken."""
+        """Load new weights into the running engine (GRPO rollouts); returns seconds taken.
+
+        ``named_tensors`` is consumed lazily, one (name, tensor) at a time, by vLLM's layer-wise in-place reload
+        in this process: a caller that yields each tensor cast to the engine's dtype (and gathered from its
+        shards) holds one extra tensor at a time, not a second copy of the model."""
+        if not self.colocate:
+            raise EngineError("push_weights needs an engine started with colocate=True (in process)")
         t0 = time.perf_counter()
-        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": list(named_tensors)})
+        self.wake(["weights"])
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(named_tensors)})
         self.llm.reset_prefix_cache()
         return time.perf_counter() - t0
+
+    @property
+    def dtype(self):
+        return self.llm.llm_engine.model_config.dtype
+
+    def sleep(self) -> None:
+        """Free the engine's GPU memory (level 2: weights and KV cache; the next push brings the weights back)."""
+        if self.sleep_mode and not self.asleep:
+            self.llm.reset_prefix_cache()
+            self.llm.sleep(level=2)
+            self.asleep = True
+
+    def wake(self, tags: list[str] | None = None) -> None:
+        """Re-allocate what ``sleep`` freed: ``["weights"]`` before a push, then the rest before generating."""
+        if self.sleep_mode and self.asleep:
+            self.llm.wake_up(tags=tags)
+            if tags is None or "kv_cache" in tags:
+                self.asleep = False
+
+
+def _in_process_engine() -> None:
+    """Make the next vLLM engine run its core in this process (and forget a cached reading of the variable)."""
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    try:
+        import vllm.envs as venvs
+    except ImportError:
+        return
+    clear = getattr(getattr(venvs, "__getattr__", None), "cache_clear", None)
+    if clear is not None:  # vLLM caches its environment after an engine started: read it again
+        clear()
 
 
 class HFSampler(Sampler):
@@ -347,6 +401,17 @@ class HFSampler(Sampler):
                     lp = [torch.log_softmax(out.scores[i][row_i].float(), -1)[row[i]].item() for i in range(n)]
                 comps.append(Completion(self.tokenizer.decode(row[:n], skip_special_tokens=True), n, finish, lp, row[:n]))
             yield r.id, comps
+
+
+    def load_weights(self, named_tensors) -> float:
+        """Copy new weights into this sampler's own model (a trainer whose model is sharded samples from a whole
+        copy); returns seconds taken."""
+        t0 = time.perf_counter()
+        own = self.model.state_dict()
+        with self.torch.no_grad():
+            for k, t in named_tensors:
+                own[k].copy_(t)
+        return time.perf_counter() - t0
 
 
 def _pull(it: Iterator[GenRequest | None], n: int, exhausted: bool) -> tuple[list[GenRequest], bool]:
