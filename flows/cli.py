@@ -228,8 +228,15 @@ def cmd_train(a: argparse.Namespace) -> None:
     from curate.core.config import given
     from rl_stage.trainer import TrainConfig, Trainer, TrainError
 
+    if a.nproc_per_node > 1 and "WORLD_SIZE" not in os.environ:
+        _torchrun(a.nproc_per_node)
+        return
     cfg = TrainConfig.load(Path(a.config), **given(TrainConfig, a))
     t = Trainer(cfg, resume=a.resume)
+    main = os.environ.get("RANK", "0") == "0"
+    if not main:  # under torchrun: rank 0 speaks for the run
+        t.run(progress=False)
+        return
     print(f"train: preset {cfg.preset} ({t.alg['cite']})")
     if a.dry_run:
         print(json.dumps({**dataclasses.asdict(cfg), "resolved": t.alg}, indent=2, default=str))
@@ -240,6 +247,26 @@ def cmd_train(a: argparse.Namespace) -> None:
           f"checkpoints: {Path(cfg.out) / 'checkpoints'}")
     if steps and all(m.get("skipped") for m in steps):
         raise TrainError(f"every step of this run was skipped ({steps[-1]['skipped']}): nothing was trained")
+
+
+def _torchrun(n: int) -> None:
+    """``gradus train ... --nproc-per-node N``: the same command on N ranks of this machine under torchrun
+    (``--standalone``). Several machines: run ``torchrun --nnodes M --node-rank R --rdzv-endpoint HOST:PORT
+    --nproc-per-node N -m flows.cli train CONFIG`` on each (torchrun's own flags)."""
+    import subprocess
+
+    argv, skip = [], False
+    for x in sys.argv[1:]:
+        if skip:
+            skip = False
+        elif x == "--nproc-per-node":
+            skip = True
+        elif not x.startswith("--nproc-per-node="):
+            argv.append(x)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={n}", "-m", "flows.cli", *argv]
+    rc = subprocess.run(cmd).returncode
+    if rc:
+        raise GradusError(f"torchrun with {n} ranks exited with code {rc} (each rank's error is above)")
 
 
 def cmd_model(a: argparse.Namespace) -> None:
@@ -485,6 +512,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     s.add_argument("--resume", action="store_true", help="continue from the newest complete checkpoint")
     s.add_argument("--quiet", action="store_true")
     s.add_argument("--dry-run", action="store_true", help="check the config, resolve the preset and print it")
+    s.add_argument("--nproc-per-node", type=int, default=1, metavar="N",
+                   help="data parallel on N ranks of this machine (torchrun, FSDP2: one GPU each, or gloo on CPU)")
     add_options(s.add_argument_group("overrides of config fields"), "rl_stage.trainer.TrainConfig", cmd="train")
     s.set_defaults(fn=cmd_train)
 

@@ -810,9 +810,10 @@ class Trainer:
             from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_optimizer_state_dict
 
             full = get_model_state_dict(self.policy, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-            if self.main:
-                self.model.save_pretrained(tmp, state_dict={k.removeprefix("lm."): v for k, v in full.items()},
-                                           safe_serialization=True)
+            if self.main:  # the model's own names, without a tied head's second copy (save_pretrained drops it too)
+                own = {n for n, _ in self.model.named_parameters()} | {n for n, _ in self.model.named_buffers()}
+                sd = {k.removeprefix("lm."): v for k, v in full.items() if k.removeprefix("lm.") in own}
+                self.model.save_pretrained(tmp, state_dict=sd, safe_serialization=True)
             del full
             dcp.save({"optimizer": get_optimizer_state_dict(self.policy, self.opt)}, checkpoint_id=str(tmp / "optimizer"))
             torch.save(rng, tmp / f"rng_rank{self.rank}.pt")

@@ -149,3 +149,70 @@ def test_weighted_sampling_follows_online_updates_and_resumes_the_same(tmp_path)
     assert [[p.id for p in a.sample(2)] for _ in range(20)] == [[p.id for p in b.sample(2)] for _ in range(20)]
     with pytest.raises(DataError, match="weighted, epoch"):
         CurriculumSampler(paths, mode="shuffle")
+
+
+def _fake_rounds(tmp_path, patterns, **kw):
+    """A trainer whose rollouts are given: round r grades its prompts ``patterns[r]`` (one correctness list per
+    group, in batch order), so DAPO's dynamic sampling can be checked by hand without a model."""
+    import torch
+
+    from rl_stage.trainer import TrainConfig, Trainer
+
+    # epoch sampling over 12 prompts: three rounds of 4 draw 12 distinct prompts
+    cfg = TrainConfig(data=[_mixed(tmp_path / "d", 6, 6)], preset="dapo", prompts_per_step=4, group_size=2,
+                      curriculum_sampling="epoch", **kw)
+    t = Trainer(cfg)
+    t.torch = torch
+    t.sampler = CurriculumSampler(cfg.data, seed=0, mode="epoch")
+    asked: list[int] = []
+    real_sample = t.sampler.sample
+
+    def sample(n):
+        asked.append(n)
+        return real_sample(n)
+
+    t.sampler.sample = sample  # type: ignore[method-assign]
+
+    def fake_round(prompts, tag, cfg=None):
+        pat = patterns[len(asked) - 1]
+        groups = [(i, (p, [1], []), [1.0 if x else -1.0 for x in c], c) for i, (p, c) in enumerate(zip(prompts, pat, strict=True))]
+        return groups, 0, 0.0, 0.0
+
+    t._round = fake_round  # type: ignore[method-assign]
+    t.sched = type("S", (), {"get_last_lr": lambda self: [1e-6], "step": lambda self: None})()
+    return t, asked
+
+
+def test_dapo_dynamic_sampling_draws_full_generation_batches_until_the_batch_is_full(tmp_path):
+    mixed, flat = [True, False], [False, False]
+    # round 1: one group of 4 with a signal; round 2: two; round 3: three -> 6 kept, the first 4 are trained on
+    t, asked = _fake_rounds(tmp_path, [[mixed, flat, flat, flat], [flat, mixed, mixed, flat], [mixed, mixed, flat, mixed]])
+    ro = t._rollout()
+    assert asked == [4, 4, 4]  # full generation batches, as verl's DAPO recipe (not just the shortfall)
+    assert (ro.gen_rounds, ro.groups_generated, len(ro.kept), ro.short) == (3, 12, 4, False)
+    assert ro.dropped == 3 + 2 + 1  # flat groups, and groups of a prompt already kept (a batch holds distinct prompts)
+    assert len({g[0].id for g, _, _ in ro.kept}) == 4
+
+
+def test_a_batch_still_short_after_max_gen_batches_is_never_trained_on(tmp_path):
+    from rl_stage.trainer import TrainError
+
+    mixed, flat = [True, False], [False, False]
+    pats = [[mixed, flat, flat, flat], [flat, flat, flat, flat]]
+    t, asked = _fake_rounds(tmp_path / "a", pats, max_gen_batches=2)
+    with pytest.raises(TrainError, match=r"short batch: 1 of 4 groups .* after 2 generation batches.*max_gen_batches 2"):
+        t.train_step()
+    t, asked = _fake_rounds(tmp_path / "b", pats, max_gen_batches=2, short_batch="skip")
+    m = t.train_step()
+    assert m["skipped"].startswith("short batch: 1 of 4") and m["gen_rounds"] == 2 and "loss" not in m
+    # 0: no limit; it goes on until the batch is full
+    t, asked = _fake_rounds(tmp_path / "c", [[flat] * 4] * 11 + [[mixed] * 4], max_gen_batches=0)
+    ro = t._rollout()
+    assert ro.gen_rounds == 12 and len(ro.kept) == 4 and not ro.short
+    assert _dapo_dual_clip() == 10.0  # the recipe's clip_ratio_c
+
+
+def _dapo_dual_clip():
+    from rl_stage.trainer import TrainConfig
+
+    return TrainConfig(data=["x"], preset="dapo").resolved()["dual_clip"]
