@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 	$(VENV)/bin/gradus model convert
 	touch $(STAMP)
 
-.PHONY: install demo test test-all lint typecheck check bench
+.PHONY: install demo test test-all test-dist lint typecheck check bench
 install: $(STAMP)
 
 demo: $(STAMP)
@@ -24,6 +24,10 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q
+
+# the data-parallel trainer on 2 ranks under torchrun (slow: about 7 minutes on 2 cores)
+test-dist: $(STAMP)
+	$(PY) -m pytest -q -m slow tests/test_rl_distributed.py
 
 test-all: $(STAMP)
 	$(PY) -m pytest -q -m ""

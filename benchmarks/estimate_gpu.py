@@ -23,6 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 SHAPES = {  # hidden, layers, heads, kv heads, intermediate
+    "tiny": (64, 2, 4, 2, 128),  # a smoke run of the GPU scripts on CPU
     "llama-135m": (576, 30, 9, 3, 1536),
     "llama-1b": (2048, 16, 32, 8, 8192),
     "qwen2-1.5b": (1536, 28, 12, 2, 8960),

@@ -175,7 +175,8 @@ def _fake_rounds(tmp_path, patterns, **kw):
 
     def fake_round(prompts, tag, cfg=None):
         pat = patterns[len(asked) - 1]
-        groups = [(i, (p, [1], []), [1.0 if x else -1.0 for x in c], c) for i, (p, c) in enumerate(zip(prompts, pat, strict=True))]
+        groups = [(i, (p, [1], []), [1.0 if x else -1.0 for x in c], c)
+                  for i, (p, c) in enumerate(zip(prompts, pat, strict=True))]
         return groups, 0, 0.0, 0.0
 
     t._round = fake_round  # type: ignore[method-assign]

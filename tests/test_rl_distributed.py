@@ -58,8 +58,9 @@ def runs(tmp_path_factory):
 
 
 def test_two_ranks_train_the_weights_of_one_process_on_the_same_global_batch(runs):
-    from curate.difficulty.models import resolve_model
     from safetensors.torch import load_file
+
+    from curate.difficulty.models import resolve_model
 
     one, two = _weights(runs / "one"), _weights(runs / "two")
     assert one.keys() == two.keys()  # a plain model folder (the tied head saved once)
@@ -90,6 +91,7 @@ def test_a_two_rank_run_resumes_from_its_sharded_checkpoint_exactly(runs):
     assert all((a[k] == b[k]).all() for k in a)
 
     def strip(name):  # the first half's last step also evaluated (its run ended there): compare the training figures
-        return [{k: v for k, v in m.items() if not k.startswith(("time/", "eval/"))} for m in _lines(runs / name / "metrics.jsonl")]
+        rows = _lines(runs / name / "metrics.jsonl")
+        return [{k: v for k, v in m.items() if not k.startswith(("time/", "eval/"))} for m in rows]
 
     assert strip("two") == strip("half")
