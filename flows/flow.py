@@ -33,6 +33,7 @@ from curate.core.config import ConfigError, check_choice, check_keys, from_dict,
 from curate.difficulty.estimate import EstimateConfig
 from curate.pipeline import CurateConfig
 from curate.select.export import ExportConfig
+from rl_stage.trainer import TrainConfig
 
 RUNNERS = ("local", "ray")
 DEMO_CONFIG = Path(__file__).resolve().parent / "demo.toml"  # the bundled demo (``gradus demo``)
@@ -44,6 +45,7 @@ class FlowConfig:
     curate: CurateConfig
     difficulty: EstimateConfig | None = None  # None: no difficulty estimation (and no export)
     export: ExportConfig | None = None  # None: no export
+    train: TrainConfig | None = None  # None: no training; else `gradus train` on the run's export (data and out set here)
     card: bool = True  # build the run's data card and publish it as a Prefect artifact
     runner: str = "local"  # local (threads in this process) | ray (prefect-ray's RayTaskRunner)
     ray_address: str | None = None  # runner ray: a cluster address; None: a local Ray instance
@@ -56,6 +58,10 @@ class FlowConfig:
         check_choice("runner", self.runner, RUNNERS)
         if self.export is not None and self.difficulty is None:
             raise ConfigError("export: needs a difficulty section (exports select by pass rate)")
+        if self.train is not None and (self.export is None or self.export.format != "parquet"):
+            raise ConfigError("train: needs a parquet export section (the trainer reads the run's export)")
+        if self.train is not None and self.train.data:
+            raise ConfigError("train.data: set by the flow (the run's export); leave it out")
         if self.sampler_retries < 0:
             raise ConfigError("sampler_retries must be >= 0")
         if self.estimate_workers < 1:
@@ -70,16 +76,17 @@ class FlowConfig:
     def from_dict(cls, d: dict, base_dir: Path | None = None) -> FlowConfig:
         rest_keys = ("card", "runner", "ray_address", "estimate_workers", "gpus_per_worker", "sampler_retries",
                      "retry_delays_s")
-        flow_keys = {"difficulty", "export", *rest_keys}
+        flow_keys = {"difficulty", "export", "train", *rest_keys}
         check_keys(d, {"sources", "filters", "decontam", "dedup"} | flow_keys, "config")
         cur = CurateConfig.from_dict({k: v for k, v in d.items() if k not in flow_keys}, base_dir)
         diff = from_dict(EstimateConfig, d["difficulty"], "difficulty", base_dir) if d.get("difficulty") is not None else None
         exp = from_dict(ExportConfig, d["export"], "export", base_dir) if d.get("export") is not None else None
+        train = from_dict(TrainConfig, d["train"], "train", base_dir) if d.get("train") is not None else None
         rest = {k: d[k] for k in rest_keys if k in d}
         if "retry_delays_s" in rest:
             rest["retry_delays_s"] = tuple(rest["retry_delays_s"])
         try:
-            return cls(cur, diff, exp, **rest)
+            return cls(cur, diff, exp, train, **rest)
         except TypeError as e:
             raise ConfigError(f"config: {e}") from e
 
@@ -107,6 +114,10 @@ class FlowConfig:
         if self.export is not None:
             steps.append(f"export: {self.export.format}, target {self.export.target}"
                          + (", curriculum stages" if self.export.curriculum else ""))
+        if self.train is not None:
+            t = self.train
+            steps.append(f"train: {t.preset} on the export, {t.steps} steps of {t.prompts_per_step} prompts x {t.group_size}, "
+                         f"{t.rollout_backend} rollouts, model {t.model or 'bundled SmolLM2'}")
         if self.card:
             steps.append("card")
         return steps
@@ -199,6 +210,34 @@ def _export(inputs: list[str], out: str, cfg: ExportConfig) -> dict:
     return {"folder": out, "rows_in": m.rows_in, "rows_kept": m.rows_kept, "skipped": m.skipped}
 
 
+def _train(export: str, root: str, cfg: TrainConfig) -> dict:
+    """``gradus train`` on the run's export, in ``root/<key>``: the key hashes the export's manifest and the training
+    config, so an unchanged export with the same settings finds its finished run (skipped) or resumes an
+    unfinished one from its last checkpoint, and a new export trains anew. Hands on the last step's metrics and
+    the held-out figures before and after."""
+    import hashlib
+    from dataclasses import asdict, replace
+
+    from rl_stage.trainer import Trainer
+
+    manifest = (Path(export) / "manifest.json").read_bytes()
+    key = hashlib.sha1(manifest + json.dumps(asdict(cfg), sort_keys=True, default=str).encode()).hexdigest()[:12]
+    out = Path(root) / key
+    done = out / "checkpoints" / f"step_{cfg.steps:06d}" / "trainer_state.pt"
+    skipped = done.exists()
+    if not skipped:
+        Trainer(replace(cfg, data=[export], out=str(out)), resume=(out / "metrics.jsonl").exists()).run(progress=False)
+    lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    trained = [m for m in lines if m.get("step", 0) > 0]
+    evals = [{k: v for k, v in m.items() if k == "step" or k.startswith("eval/")} for m in lines if "eval/prompts" in m]
+    keep = ("step", "reward", "accuracy", "loss", "entropy", "boxed_rate", "response_length", "skipped")
+    return {"folder": str(out), "skipped": skipped, "steps": len(trained),
+            "steps_skipped": sum(1 for m in trained if m.get("skipped")),
+            "last": {k: trained[-1].get(k) for k in keep} if trained else None,
+            "eval_before": evals[0] if evals else None, "eval_after": evals[-1] if len(evals) > 1 else None,
+            "checkpoint": str(done.parent)}
+
+
 def _card(stages: Path, run: Path, previous: Path | None, missing: list[dict]) -> dict:
     from data_cards.render import diff_cards, diff_text, write_card
 
@@ -268,6 +307,7 @@ def build_flow(cfg: FlowConfig, api_url: str | None = None, progress: bool = Fal
     finish_t = task(_difficulty_finish, name="difficulty finish", cache_policy=NO_CACHE)
     export_t = task(_export, name="export", cache_policy=NO_CACHE)
     card_t = task(_card, name="card", cache_policy=NO_CACHE)
+    train_t = task(_train, name="train", cache_policy=NO_CACHE)
 
     if cfg.runner == "ray":
         from prefect_ray import RayTaskRunner
@@ -332,6 +372,9 @@ def build_flow(cfg: FlowConfig, api_url: str | None = None, progress: bool = Fal
             summary["stages"]["difficulty"] = r
             if cfg.export is not None:
                 summary["stages"]["export"] = export_t.submit([r["folder"]], str(stages / "6_export"), cfg.export).result()
+                if cfg.train is not None:  # the mission's "feed the trainer", as the pipeline's last task
+                    summary["train"] = train_t.submit(str(stages / "6_export"), str(stages / "7_train"), cfg.train).result()
+                    log.info("train: %s", summary["train"]["last"])
         summary["seconds"] = round(time.monotonic() - t0, 2)
         summary["all_skipped"] = all(r.get("skipped") for r in ingested) and all(
             r.get("skipped") for r in summary["stages"].values())

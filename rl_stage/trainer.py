@@ -91,6 +91,14 @@ class _Rollout:
     gen_s: float = 0.0
     reward_s: float = 0.0
     short: bool = False  # dynamic sampling ended below the batch (max_gen_batches reached)
+    boxed: list[bool] = field(default_factory=list)  # every generated completion: has an explicit answer
+
+
+def _explicit(text: str) -> bool:
+    """An explicit final answer (a box or an answer tag), as the grader reads it."""
+    from curate.difficulty import EXPLICIT, extract_prediction
+
+    return extract_prediction(text)[1] in EXPLICIT
 
 
 @dataclass(frozen=True)
@@ -367,8 +375,6 @@ class Trainer:
         self._engine(path)
         if ckpt:
             self._load_state(ckpt)
-        elif self.world > 1 and cfg.rollout_backend == "vllm":
-            self._push()
         self._tb = None
         if cfg.tensorboard and self.main:
             from torch.utils.tensorboard import SummaryWriter
@@ -532,6 +538,7 @@ class Trainer:
             for _, g, r, c in groups:
                 self.sampler.update(g[0].id, sum(c), len(c))
                 ro.accuracy.append(sum(c) / len(c))
+                ro.boxed += [_explicit(x.text) for x in g[2]]
                 signal = [float(x) for x in c] if alg["dynamic_sampling_metric"] == "acc" else r
                 if dynamic and (not bool(algorithms.dynamic_sampling_keep(torch.tensor([signal]))[0]) or g[0].id in kept_ids):
                     ro.dropped += 1
@@ -706,7 +713,8 @@ class Trainer:
         ro = self._rollout()
         metrics = {"step": self.step + 1, "stage": self.sampler.stage_name, "groups": len(ro.kept),
                    "groups_generated": ro.groups_generated, "dropped_groups": ro.dropped, "gen_rounds": ro.gen_rounds,
-                   "prompts_too_long": ro.too_long, "accuracy": float(np.mean(ro.accuracy)) if ro.accuracy else None}
+                   "prompts_too_long": ro.too_long, "accuracy": float(np.mean(ro.accuracy)) if ro.accuracy else None,
+                   "boxed_rate": float(np.mean(ro.boxed)) if ro.boxed else None}
         lr = self.sched.get_last_lr()[0]  # the rate this step's updates use
         skip = None
         if ro.short:
@@ -771,18 +779,21 @@ class Trainer:
         g_groups, _, _, _ = self._round(self.eval_prompts, "eval-greedy", cfg=greedy)
         s_groups, _, _, _ = self._round(self.eval_prompts, "eval", cfg=sampled)
         sampled_by_pos = {pos: c for pos, _, _, c in s_groups}
+        s_groups_by_pos = {pos: g for pos, g, _, _ in s_groups}
         rows = []
         for pos, g, _, c in g_groups:
             if pos in sampled_by_pos:
                 s_c = sampled_by_pos[pos]
                 rows.append({"step": self.step, "id": g[0].id, "greedy_correct": bool(c[0]),
-                             f"mean@{k}": sum(s_c) / len(s_c), "k": k})
+                             f"mean@{k}": sum(s_c) / len(s_c), "k": k,
+                             "boxed": sum(map(_explicit, (x.text for x in s_groups_by_pos[pos][2]))) / k})
         if self.main:
             with open(self.out / "eval.jsonl", "a") as f:
                 for r in rows:
                     f.write(json.dumps(r) + "\n")
         return {"eval/pass@1_greedy": float(np.mean([r["greedy_correct"] for r in rows])) if rows else None,
                 f"eval/mean@{k}": float(np.mean([r[f"mean@{k}"] for r in rows])) if rows else None,
+                "eval/boxed_rate": float(np.mean([r["boxed"] for r in rows])) if rows else None,
                 "eval/prompts": len(rows)}
 
     # ---- checkpoints -------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import pytest
 
@@ -204,6 +205,29 @@ def test_the_demo_flow_with_the_real_model_spans_the_models_range(prefect_harnes
     card = json.loads((tmp_path / "demo" / "latest" / "card" / "card.json").read_text())
     assert card["difficulty"]["spearman_rho_pass_rate_vs_level"] <= -0.5
     assert (tmp_path / "demo" / "stages" / "6_export" / "manifest.json").is_file()
+
+
+@pytest.mark.engine
+def test_a_train_section_trains_on_the_runs_export_and_an_unchanged_export_skips_it(prefect_harness, tmp_path):
+    """``[train]`` runs the GRPO trainer on the run's export as the flow's last task (its figures in the summary);
+    the next run on unchanged sources finds the finished training and skips it."""
+    from flows.flow import FlowConfig, run_flow
+
+    with pytest.raises(ConfigError, match="train: needs a parquet export"):
+        FlowConfig.from_dict({"sources": ["synthetic:n=10"], "difficulty": {}, "train": {"steps": 1}})
+    cfg = FlowConfig.load(_config(tmp_path,
+        [{"spec": "synthetic:n=60,seed=0,mix=ladder", "name": "synthetic"}], card=False,
+        difficulty={"backend": "hf", "template": "fewshot", "limit": 12, "store": None,
+                    "sampling": {"k": 2, "temperature": 1.0, "max_tokens": 24}},
+        export={"include_ends": True},
+        train={"rollout_backend": "hf", "template": "fewshot", "preset": "dr_grpo", "steps": 1, "prompts_per_step": 2,
+               "group_size": 2, "max_tokens": 16, "save_every": 1}))
+    s = run_flow(cfg, tmp_path / "f")
+    t = s["train"]
+    assert t["skipped"] is False and t["steps"] == 1 and t["last"]["step"] == 1
+    assert (Path(t["checkpoint"]) / "model.safetensors").is_file()
+    again = run_flow(cfg, tmp_path / "f")
+    assert again["train"]["skipped"] is True and again["train"]["folder"] == t["folder"]
 
 
 @pytest.mark.slow

@@ -79,16 +79,23 @@ def _metrics(out):
 def test_resume_continues_exactly(export_dir, tmp_path):
     from rl_stage.trainer import Trainer
 
-    Trainer(_cfg(export_dir, tmp_path / "full")).run(progress=False)
-    Trainer(_cfg(export_dir, tmp_path / "half")).run(stop_after=2, progress=False)
+    ev = dict(eval_data=[str(export_dir)], eval_prompts=3, eval_k=2)
+    Trainer(_cfg(export_dir, tmp_path / "full", **ev)).run(progress=False)
+    Trainer(_cfg(export_dir, tmp_path / "half", **ev)).run(stop_after=2, progress=False)
     assert sorted(p.name for p in (tmp_path / "half" / "checkpoints").iterdir()) == ["step_000002"]
-    Trainer(_cfg(export_dir, tmp_path / "half"), resume=True).run(progress=False)
+    Trainer(_cfg(export_dir, tmp_path / "half", **ev), resume=True).run(progress=False)
+    # per-prompt evaluation before the first and after the last step, the same prompts both times
+    ea = [json.loads(x) for x in (tmp_path / "full" / "eval.jsonl").read_text().splitlines()]
+    assert [e["step"] for e in ea] == [0, 0, 0, 4, 4, 4] and len({e["id"] for e in ea}) == 3
+    assert all(set(e) == {"step", "id", "greedy_correct", "mean@2", "k", "boxed"} for e in ea)
+    assert ea == [json.loads(x) for x in (tmp_path / "half" / "eval.jsonl").read_text().splitlines()]
     name_a, a = _params(tmp_path / "full")
     name_b, b = _params(tmp_path / "half")
     assert name_a == name_b == "step_000004"
     assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
     ma, mb = _metrics(tmp_path / "full"), _metrics(tmp_path / "half")
-    assert [m["step"] for m in ma] == [1, 2, 3, 4] and ma == mb
+    assert [m["step"] for m in ma] == [0, 1, 2, 3, 4] and ma == mb
+    ma = ma[1:]
     assert any(m.get("grad_norm") for m in ma)  # the runs did train: rewards differed inside groups
     # dr_grpo updates once per mini-batch (8 in the preset, at most one per group: 2 here); the second update
     # sees a ratio that is no longer 1, so clipping can act
