@@ -16,7 +16,7 @@ Reported: per level and overall, before -> after with a paired 95% interval over
 pooled), entropy and boxed rate, and each arm's final accuracy against ``uniform``'s, paired by prompt and
 seed. The figures say whether the curriculum wins; the script does not decide it.
 
-    python benchmarks/learn.py                                    # 3 arms x 3 seeds (about 75 min on 2 cores)
+    python benchmarks/learn.py --data DIR                         # 3 arms x 3 seeds (about 90 min on 2 cores)
     python benchmarks/learn.py --arms curriculum --seeds 0 --steps 5   # a shorter look
 """
 
@@ -93,7 +93,13 @@ def one(a, arm: str, seed: int, d: Path) -> dict:
                       group_size=a.group, max_tokens=a.max_tokens, steps=a.steps, save_every=10**6, lr=a.lr,
                       micro_batch_size=16, seed=seed, temperature=1.0, short_batch="skip",
                       prioritized=arm == "curriculum")
-    ms = Trainer(cfg).run(progress=True)
+    Trainer(cfg).run(progress=True)
+    return summarise(out, arm, seed)
+
+
+def summarise(out: Path, arm: str, seed: int) -> dict:
+    """One finished run folder's figures (its metrics.jsonl and eval.jsonl)."""
+    ms = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     steps = [m for m in ms if m.get("step", 0) > 0]
     evals = [json.loads(x) for x in (out / "eval.jsonl").read_text().splitlines()]
     return {"arm": arm, "seed": seed, "eval": evals,
@@ -166,6 +172,7 @@ def main() -> None:
     ap.add_argument("--data-seed", type=int, default=3)
     ap.add_argument("--data", help="internal: a prepared data folder")
     ap.add_argument("--one", help="internal: ARM:SEED")
+    ap.add_argument("--collect", help="RUN_FOLDER:ARM:SEED: file a finished run's figures into DATA/results")
     ap.add_argument("--json")
     a = ap.parse_args()
     if a.one:
@@ -173,14 +180,25 @@ def main() -> None:
         print("RESULT " + json.dumps(one(a, arm, int(seed), Path(a.data))), flush=True)
         return
     d = Path(a.data) if a.data else Path(tempfile.mkdtemp(prefix="gradus-learn-data-"))
+    (d / "results").mkdir(parents=True, exist_ok=True)
+    if a.collect:
+        run, arm, seed = a.collect.split(":")
+        (d / "results" / f"{arm}_{seed}.json").write_text(json.dumps(summarise(Path(run), arm, int(seed))))
+        return
     if not (d / "sets.json").exists():
         sets = make_sets(d, a)
         (d / "sets.json").write_text(json.dumps(sets))
     sets = json.loads((d / "sets.json").read_text())
     print(json.dumps({k: v for k, v in sets.items() if k != "levels"}), flush=True)
     runs = []
-    for arm in a.arms.split(","):
-        for seed in map(int, a.seeds.split(",")):
+    # seed by seed, every arm in turn: a run cut short still leaves comparable arms; finished runs are kept in
+    # DATA/results and not run again
+    for seed in map(int, a.seeds.split(",")):
+        for arm in a.arms.split(","):
+            done = d / "results" / f"{arm}_{seed}.json"
+            if done.exists():
+                runs.append(json.loads(done.read_text()))
+                continue
             cmd = [sys.executable, __file__, "--one", f"{arm}:{seed}", "--data", str(d), "--steps", str(a.steps),
                    "--prompts", str(a.prompts), "--group", str(a.group), "--max-tokens", str(a.max_tokens), "--lr", str(a.lr)]
             p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
@@ -189,6 +207,7 @@ def main() -> None:
                 print(p.stdout[-3000:], p.stderr[-3000:], file=sys.stderr)
                 raise SystemExit(f"{arm} seed {seed} failed")
             runs.append(json.loads(line[-1][7:]))
+            done.write_text(json.dumps(runs[-1]))
             print(json.dumps({k: v for k, v in runs[-1].items() if k != "eval"}), flush=True)
     fig = {"setting": {"steps": a.steps, "prompts_per_step": a.prompts, "group": a.group, "max_tokens": a.max_tokens,
                        "lr": a.lr, "preset": "dapo", "template": "fewshot", "estimate_k": a.k},
