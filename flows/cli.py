@@ -228,19 +228,21 @@ def cmd_train(a: argparse.Namespace) -> None:
     from curate.core.config import given
     from rl_stage.trainer import TrainConfig, Trainer, TrainError
 
-    if a.nproc_per_node > 1 and "WORLD_SIZE" not in os.environ:
+    if a.nproc_per_node > 1 and not a.dry_run and "WORLD_SIZE" not in os.environ:
         _torchrun(a.nproc_per_node)
         return
     cfg = TrainConfig.load(Path(a.config), **given(TrainConfig, a))
     t = Trainer(cfg, resume=a.resume)
     main = os.environ.get("RANK", "0") == "0"
+    if a.dry_run:
+        if main:
+            print(f"train: preset {cfg.preset} ({t.alg['cite']})")
+            print(json.dumps({**dataclasses.asdict(cfg), "resolved": t.alg}, indent=2, default=str))
+        return
     if not main:  # under torchrun: rank 0 speaks for the run
         t.run(progress=False)
         return
     print(f"train: preset {cfg.preset} ({t.alg['cite']})")
-    if a.dry_run:
-        print(json.dumps({**dataclasses.asdict(cfg), "resolved": t.alg}, indent=2, default=str))
-        return
     ms = t.run(progress=not a.quiet)
     steps = [m for m in ms if m.get("step", 0) > 0]
     print(f"train: {len(steps)} steps this run, now at step {t.step}; metrics: {Path(cfg.out) / 'metrics.jsonl'}; "

@@ -197,11 +197,10 @@ class CurriculumSampler:
 
     def sample(self, n: int) -> list[Prompt]:
         """``n`` distinct prompts of the current stage (all of them, once each, when the stage is smaller)."""
-        size = len(self.rows["id"])
         if self.mode == "weighted":
-            chosen = systematic_pps(self.weights(list(range(size))), n, self.rng).tolist()
+            chosen = systematic_pps(self.weights(list(range(self.size))), n, self.rng).tolist()
         else:
-            chosen = self._epoch_draw(min(n, size))
+            chosen = self._epoch_draw(min(n, self.size))
         return [Prompt(self.rows["id"][i], self.rows["problem"][i], self.rows["answer"][i]) for i in chosen]
 
     def _epoch_draw(self, n: int) -> list[int]:
@@ -210,7 +209,7 @@ class CurriculumSampler:
         chosen: list[int] = []
         while len(chosen) < n:
             if not self.epoch_left:
-                self.epoch_left = list(range(len(self.rows["id"])))
+                self.epoch_left = list(range(self.size))
             taken = set(chosen)
             cand = [x for x in self.epoch_left if x not in taken]
             take = min(n - len(chosen), len(cand))

@@ -31,7 +31,7 @@ import os
 import random
 import shutil
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -90,7 +90,8 @@ class _Rollout:
     too_long: int = 0
     gen_s: float = 0.0
     reward_s: float = 0.0
-    short: bool = False  # dynamic sampling ended below the batch (max_gen_batches reached)
+    target: int = 0  # groups a step trains on: prompts_per_step, or the whole stage when it is smaller
+    short: bool = False  # dynamic sampling ended below the target (max_gen_batches reached)
     boxed: list[bool] = field(default_factory=list)  # every generated completion: has an explicit answer
 
 
@@ -224,8 +225,11 @@ class TrainConfig:
             raise TrainError("max_gen_batches must be >= 0 (0: no limit)")
         if self.short_batch not in ("error", "skip"):
             raise TrainError(f"short_batch must be error or skip, not {self.short_batch!r}")
-        if self.curriculum_sampling not in ("weighted", "epoch"):
-            raise TrainError(f"curriculum_sampling must be weighted or epoch, not {self.curriculum_sampling!r}")
+        from rl_stage.data import CurriculumSampler
+
+        if self.curriculum_sampling not in CurriculumSampler.MODES:
+            raise TrainError(f"curriculum_sampling must be one of {', '.join(CurriculumSampler.MODES)}, "
+                             f"not {self.curriculum_sampling!r}")
         if not 0 < self.vllm_gpu_memory_utilization <= 1:
             raise TrainError("vllm_gpu_memory_utilization must be in (0, 1]")
         if self.logprob_chunk < 0:
@@ -395,11 +399,9 @@ class Trainer:
             self.engine = VLLMSampler(path, self.scfg, model_name=self.model_name, dtype="bfloat16" if self.bf16 else None,
                                       logprobs_mode="processed_logprobs", colocate=True, sleep_mode=sleep,
                                       gpu_memory_utilization=cfg.vllm_gpu_memory_utilization)
-        elif self.world > 1:  # the trained model is sharded: each rank samples from a whole copy, pushed after updates
+        else:  # one process samples from the trained model itself; sharded ranks each from a whole copy (``_push``)
             self.engine = HFSampler(path, self.scfg, model_name=self.model_name, dtype="bfloat16" if self.bf16 else "float32",
-                                    tokenizer=self.tokenizer, batch_prompts=cfg.rollout_batch_prompts or cfg.prompts_per_step)
-        else:
-            self.engine = HFSampler(path, self.scfg, model_name=self.model_name, model=self.model, tokenizer=self.tokenizer,
+                                    model=self.model if self.world == 1 else None, tokenizer=self.tokenizer,
                                     batch_prompts=cfg.rollout_batch_prompts or cfg.prompts_per_step)
 
     def _full_weights(self, dtype):
@@ -525,7 +527,7 @@ class Trainer:
         ro = _Rollout()
         dynamic = alg["dynamic_sampling"]
         limit = (cfg.max_gen_batches or None) if dynamic else 1
-        target = min(cfg.prompts_per_step, self.sampler.size)
+        ro.target = target = min(cfg.prompts_per_step, self.sampler.size)
         kept_ids: set[str] = set()
         while len(ro.kept) < target and (limit is None or ro.gen_rounds < limit):
             prompts = self.sampler.sample(cfg.prompts_per_step)
@@ -584,8 +586,6 @@ class Trainer:
             for s in range(n_micro):
                 part = [seqs[i] for i in share[s * mb : (s + 1) * mb]]
                 if not part:
-                    from dataclasses import replace
-
                     part = [replace(seqs[mini[0]], use=False)]
                 yield m, s, part
 
@@ -718,8 +718,8 @@ class Trainer:
         lr = self.sched.get_last_lr()[0]  # the rate this step's updates use
         skip = None
         if ro.short:
-            skip = (f"short batch: {len(ro.kept)} of {min(self.cfg.prompts_per_step, self.sampler.size)} groups with a "
-                    f"learning signal after {ro.gen_rounds} generation batches")
+            skip = (f"short batch: {len(ro.kept)} of {ro.target} groups with a learning signal after {ro.gen_rounds} "
+                    "generation batches")
             if self.cfg.short_batch == "error":
                 raise TrainError(f"step {self.step + 1}: {skip} (max_gen_batches {self.cfg.max_gen_batches}): the prompts "
                                  "are too easy or too hard for the model. Raise max_gen_batches (0: no limit), or set "
@@ -733,9 +733,10 @@ class Trainer:
             return metrics
         seqs, (R, adv) = self._sequences(ro.kept)
         tt = time.perf_counter()
-        slept = isinstance(self.engine, VLLMSampler) and self.engine.sleep_mode
-        if isinstance(self.engine, VLLMSampler) and slept:
-            self.engine.sleep()  # free the engine's weights and KV cache for the update
+        vllm = self.engine if isinstance(self.engine, VLLMSampler) else None
+        slept = vllm is not None and vllm.sleep_mode
+        if vllm is not None and slept:
+            vllm.sleep()  # free the engine's weights and KV cache for the update
         st = self._update(seqs)
         train_s = time.perf_counter() - tt
         self._advance_schedule()
@@ -771,22 +772,19 @@ class Trainer:
         ``eval.jsonl`` (step, id, greedy correct, mean@k), so runs (seeds, arms) compare prompt by prompt."""
         if not self.eval_prompts:
             return {}
-        from dataclasses import replace
-
         k = self.cfg.eval_k
         greedy = replace(self.scfg, k=1, temperature=0.0)
         sampled = replace(self.scfg, k=k)
         g_groups, _, _, _ = self._round(self.eval_prompts, "eval-greedy", cfg=greedy)
         s_groups, _, _, _ = self._round(self.eval_prompts, "eval", cfg=sampled)
-        sampled_by_pos = {pos: c for pos, _, _, c in s_groups}
-        s_groups_by_pos = {pos: g for pos, g, _, _ in s_groups}
+        by_pos = {pos: (g[2], c) for pos, g, _, c in s_groups}  # sampled completions and correctness by position
         rows = []
         for pos, g, _, c in g_groups:
-            if pos in sampled_by_pos:
-                s_c = sampled_by_pos[pos]
+            if pos in by_pos:
+                comps, s_c = by_pos[pos]
                 rows.append({"step": self.step, "id": g[0].id, "greedy_correct": bool(c[0]),
                              f"mean@{k}": sum(s_c) / len(s_c), "k": k,
-                             "boxed": sum(map(_explicit, (x.text for x in s_groups_by_pos[pos][2]))) / k})
+                             "boxed": sum(_explicit(x.text) for x in comps) / k})
         if self.main:
             with open(self.out / "eval.jsonl", "a") as f:
                 for r in rows:
@@ -872,10 +870,10 @@ class Trainer:
             torch.cuda.set_rng_state_all(rng["cuda_rng"])
         self.bad_in_row = st["bad_in_row"]
         # metrics and evaluations written after this checkpoint belong to steps that will be run again
-        for name, key in (("metrics.jsonl", "step"), ("eval.jsonl", "step")):
+        for name in ("metrics.jsonl", "eval.jsonl"):
             mpath = self.out / name
             if self.main and mpath.exists():
-                lines = [ln for ln in mpath.read_text().splitlines() if ln and json.loads(ln).get(key, 0) <= self.step]
+                lines = [ln for ln in mpath.read_text().splitlines() if ln and json.loads(ln).get("step", 0) <= self.step]
                 mpath.write_text("".join(ln + "\n" for ln in lines))
         self._barrier()
         self._push()

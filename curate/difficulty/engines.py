@@ -292,7 +292,7 @@ class VLLMSampler(Sampler):
 
     @property
     def dtype(self):
-        return self.llm.llm_engine.model_config.dtype
+        return self.engine.model_config.dtype
 
     def sleep(self) -> None:
         """Free the engine's GPU memory (level 2: weights and KV cache; the next push brings the weights back)."""
@@ -401,7 +401,6 @@ class HFSampler(Sampler):
                     lp = [torch.log_softmax(out.scores[i][row_i].float(), -1)[row[i]].item() for i in range(n)]
                 comps.append(Completion(self.tokenizer.decode(row[:n], skip_special_tokens=True), n, finish, lp, row[:n]))
             yield r.id, comps
-
 
     def load_weights(self, named_tensors) -> float:
         """Copy new weights into this sampler's own model (a trainer whose model is sharded samples from a whole
