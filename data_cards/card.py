@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 
-from curate.core.manifest import Manifest, stage_outputs
+from curate.core.manifest import Manifest, ManifestError, stage_outputs
 from curate.core.shards import iter_batches, shard_paths
 
 CARD_VERSION = 1
@@ -235,10 +235,17 @@ def _curriculum(p: Path, m: Manifest) -> dict:
                        for p in m.stats.get("parts", [])], "template": m.config.get("template")}
 
 
-def build_card(folder: str | Path) -> dict:
-    """Every figure of the card of ``folder`` (a run folder, a stage output or an export), from recorded data."""
+def build_card(folder: str | Path, only: list[str | Path] | None = None) -> dict:
+    """Every figure of the card of ``folder`` (a run folder, a stage output or an export), from recorded data.
+    ``only``: the stage folders to describe (a flow's run names the ones it ran: a source it no longer reads, or an
+    export this run could not make, leaves an older output in the folder that is not this run's)."""
     d = Path(folder)
     outs = stage_outputs(d)
+    if only is not None:
+        keep = {Path(x).resolve() for x in only}
+        outs = [(p, m) for p, m in outs if p.resolve() in keep]
+        if not outs:
+            raise ManifestError(f"{d}: none of the stage outputs to describe is there")
     card: dict[str, Any] = {"card_version": CARD_VERSION, "folder": str(d), "name": d.resolve().name,
                             "built": datetime.now(UTC).isoformat(timespec="seconds")}
     card["stages"] = [{"stage": m.stage, "folder": str(p), "rows_in": m.rows_in, "rows_kept": m.rows_kept,

@@ -388,14 +388,15 @@ def render_body(card: dict, plots: list[str]) -> str:
     return "\n".join(p)
 
 
-def write_card(folder: str | Path, out: str | Path | None = None) -> Path:
-    """Build the card of ``folder`` and write README.md, card.json and plots/ into ``out`` (default: ``folder``)."""
+def write_card(folder: str | Path, out: str | Path | None = None, only: list[str | Path] | None = None) -> Path:
+    """Build the card of ``folder`` and write README.md, card.json and plots/ into ``out`` (default: ``folder``);
+    ``only``: the stage folders to describe (``build_card``)."""
     from huggingface_hub import DatasetCard
 
     folder = Path(folder)
     out = Path(out) if out is not None else folder
     _check_target(out)
-    card = build_card(folder)
+    card = build_card(folder, only)
     plots = make_plots(card, out / PLOTS)
     data = _card_data(card, out)
     text = f"---\n{data.to_yaml()}\n---\n\n{render_body(card, plots)}"

@@ -119,36 +119,76 @@ def _quiet_prefect(a: argparse.Namespace) -> None:
 
 
 def _run_flow(cfg, out: Path, progress: bool = False) -> None:
-    """Run the flow of ``cfg`` into ``out``; print its plan, what it did, the card and the export's paths."""
+    """Run the flow of ``cfg`` into ``out``; print its plan, what it did, the card and the export's paths. Exits 1
+    when a stage could not be made (the summary and the card of what ran are written first)."""
     from flows.flow import run_flow
 
     for i, step in enumerate(cfg.plan(), 1):
         print(f"{i}. {step}")
+    _console_for_reports()
     s = run_flow(cfg, out, progress=progress)
-    state = "nothing to do: every stage already complete" if s["all_skipped"] else f"done in {s['seconds']}s"
-    print(f"\nflow run {s['run']}: {state}")
+    state = ("unchanged, skipped: every stage's inputs, config and code are as its manifest records them"
+             if s["all_skipped"] else f"done in {s['seconds']}s")
+    print(f"\nflow run {s['run']}" + (f" ({s['flow_run_name']})" if s.get("flow_run_name") else "") + f": {state}")
+    if s.get("ui_url"):
+        print(f"  in the Prefect UI: {s['ui_url']}")
+    crashed = s.get("previous_run_crashed")
+    if crashed:
+        print(f"  the previous run (pid {crashed['pid']}, started {crashed['started']}) died before it finished: "
+              + ("marked Crashed on the server" if crashed.get("marked_crashed") else "not on this server")
+              + (f", its empty run folder {crashed['removed_empty_run_folder']} removed"
+                 if crashed.get("removed_empty_run_folder") else ""))
     for st in s["stages"].values():
-        print(f"  {Path(st['folder']).name}: {st['rows_in']:,} in, {st['rows_kept']:,} kept"
-              + (" (skipped)" if st.get("skipped") else ""))
+        print(f"  {Path(st['folder']).name}: " + (f"unchanged, skipped ({st['rows_kept']:,} kept)" if st.get("skipped")
+                                                 else f"{st['rows_in']:,} in, {st['rows_kept']:,} kept"))
     for miss in s["missing_sources"]:
         print(f"  missing source {miss['source']}: {miss['error'][:200]}")
+    for stage, msg in s.get("failed_stages", {}).items():
+        print(f"  {stage} failed: {msg}")
     from curate.core.manifest import Manifest
 
     stages = out / "stages"
-    if "difficulty" in s["stages"]:
+    if "difficulty" in s["stages"] and not s["all_skipped"]:
+        m = Manifest.load(stages / "5_difficulty")
+        m.skipped = bool(s["stages"]["difficulty"].get("skipped"))
         print()
-        _print_estimate(Manifest.load(stages / "5_difficulty"), stages / "5_difficulty")
-    if "export" in s["stages"]:
+        _print_estimate(m, stages / "5_difficulty")
+    if "export" in s["stages"] and not s["all_skipped"]:
+        m = Manifest.load(stages / "6_export")
+        m.skipped = bool(s["stages"]["export"].get("skipped"))
         print()
-        _print_export(Manifest.load(stages / "6_export"), stages / "6_export")
+        _print_export(m, stages / "6_export")
     if s.get("card"):
         from data_cards.render import load_card, show_text
 
         card = Path(s["card"]["card"]).parent
-        print()
-        print(show_text(load_card(card)))
+        if not s["all_skipped"]:
+            print()
+            print(show_text(load_card(card)))
         print(f"data card: {out / 'latest' / 'card' / 'README.md'} (plots in {out / 'latest' / 'card' / 'plots'})")
     print(f"run record: {out / 'latest'} (summary.json, card/, card_diff.txt); stage outputs: {stages}")
+    if s.get("failed_stages"):
+        raise SystemExit(1)
+
+
+def _console_for_reports() -> None:
+    """The command prints its own report of every task: Prefect's task-run lines (a source that cannot be read, as
+    a traceback and two more lines) stay in the run's logs on the server, off the screen. Flow-level lines, gradus's
+    warnings and any error that stops the run still show."""
+    import logging
+
+    import prefect  # noqa: F401 - sets up Prefect's logging (its console handler on the root logger)
+
+    quiet = os.environ.get("PREFECT_LOGGING_LEVEL", "").upper() == "WARNING"  # set by _quiet_prefect unless -v
+
+    class NoTaskRuns(logging.Filter):
+        def filter(self, record: logging.LogRecord) -> bool:  # gradus's INFO lines go to the server's logs only
+            return not record.name.startswith("prefect.task_runs") and (
+                not quiet or record.levelno >= logging.WARNING or record.name.startswith("prefect"))
+
+    for h in logging.getLogger().handlers:
+        if not any(isinstance(f, NoTaskRuns) for f in h.filters):
+            h.addFilter(NoTaskRuns())
 
 
 def cmd_estimate(a: argparse.Namespace) -> None:
@@ -187,7 +227,9 @@ def _print_estimate(m, out: Path) -> None:
     print(f"  pass-count histogram (n_correct: problems): {hist}")
     print(f"  sample outcomes: {st['sample_outcomes']}  truncation rate: {st['truncation_rate']}")
     run = st["this_run"]
-    if run.get("tokens_per_s"):
+    if m.skipped:
+        print(f"  this run: unchanged, skipped (the figures above are those of the run that made it, {m.created})")
+    elif run.get("tokens_per_s"):
         print(f"  this run: {run['samples']} samples, {run['tokens']} tokens, {run['tokens_per_s']} tokens/s, "
               f"{run['store_hits']} from the store, {run['chunks_already_done']} chunks already done")
     print(f"  scored shards: {out / 'kept'}  stats: {out / 'manifest.json'}")

@@ -23,16 +23,17 @@ summary and card name the missing source. A bad config is refused before any tas
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from curate.core.config import ConfigError, check_choice, check_keys, from_dict, load_file
+from curate.core.errors import GradusError
 from curate.difficulty.estimate import EstimateConfig
 from curate.pipeline import CurateConfig
 from curate.select.export import ExportConfig
+from flows.runs import FlowLock, check_out, claim, point_latest, previous_run, run_dir, settle_crashed
 from rl_stage.trainer import TrainConfig
 
 RUNNERS = ("local", "ray")
@@ -238,17 +239,26 @@ def _train(export: str, root: str, cfg: TrainConfig) -> dict:
             "checkpoint": str(done.parent)}
 
 
-def _card(stages: Path, run: Path, previous: Path | None, missing: list[dict]) -> dict:
+def _card(stages: Path, run: Path, previous: Path | None, missing: list[dict], failed: dict[str, str],
+          ran: list[str]) -> dict:
+    """The run's card over the stage folders this run produced (``ran``), with what could not be read or made named
+    first thing after its title, and the diff against the previous run's card."""
     from data_cards.render import diff_cards, diff_text, write_card
 
-    readme = write_card(stages, run / "card")
-    if missing:  # the card of a run with a source that failed to load says so, first thing after its title
+    readme = write_card(stages, run / "card", only=ran)
+    notes = []
+    if missing:  # the card of a run with a source that failed to load says so
+        notes.append("> **Missing sources.** This run could not read: " + "; ".join(
+            f"`{m['source']}` ({m['error'][:300]})" for m in missing) + ". The rest of the card is without them.")
+    for stage, msg in failed.items():
+        notes.append(f"> **No {stage}.** The {stage} stage of this run failed: {msg[:500]}. The card describes the "
+                     "stages before it.")
+    if notes:
         card = json.loads((run / "card" / "card.json").read_text())
-        card["missing_sources"] = missing
+        card["missing_sources"], card["failed_stages"] = missing, failed
         (run / "card" / "card.json").write_text(json.dumps(card, indent=2, default=str) + "\n")
         text = readme.read_text()
-        note = "\n> **Missing sources.** This run could not read: " + "; ".join(
-            f"`{m['source']}` ({m['error'][:300]})" for m in missing) + ". The rest of the card is without them.\n"
+        note = "\n" + "\n\n".join(notes) + "\n"
         head, sep, body = text.partition("\n## ")
         readme.write_text(head + note + sep + body if sep else text + note)
     out = {"card": str(readme)}
@@ -259,55 +269,124 @@ def _card(stages: Path, run: Path, previous: Path | None, missing: list[dict]) -
     return out
 
 
-def run_dir(out: Path) -> Path:
-    """A new run folder ``out/runs/<UTC time>`` (a suffix when two runs start in the same second)."""
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    d = out / "runs" / stamp
-    n = 1
-    while d.exists():
-        n += 1
-        d = out / "runs" / f"{stamp}-{n}"
-    d.mkdir(parents=True)
-    return d
+SKIPPED = "unchanged (inputs, config and code as the stage's manifest records them): skipped"
+LIBRARY_LOGGERS = ("curate", "data_cards", "rl_stage", "flows")  # gradus's own loggers, sent to the run's logs
 
 
-def point_latest(out: Path, run: Path) -> None:
-    """``out/latest`` -> ``run``, replaced atomically (a symlink renamed over the old one)."""
-    tmp = out / f".latest.{os.getpid()}"
-    if tmp.is_symlink() or tmp.exists():
-        tmp.unlink()
-    tmp.symlink_to(run.relative_to(out))
-    os.replace(tmp, out / "latest")
+def _task(fn, source: bool = False):
+    """``fn`` as a task body whose final state tells the truth in the UI: a stage that found its complete output
+    ends ``Cached`` with the reason; for an ingest (``source``), an error ends the task ``Failed`` with its one-line
+    message and no traceback (a source that cannot be read is an expected outcome, named in the summary and card)."""
+    import functools
+
+    @functools.wraps(fn)
+    def body(*args, **kwargs):
+        from prefect.states import Completed, Failed
+
+        try:
+            r = fn(*args, **kwargs)
+        except Exception as e:
+            if not source:
+                raise
+            import logging
+
+            logging.getLogger(__name__).debug("source failed", exc_info=True)
+            msg = str(e).splitlines()[0] if str(e) else ""
+            return Failed(message=(msg if isinstance(e, GradusError) else f"{type(e).__name__}: {msg}")[:500])
+        if isinstance(r, dict) and r.get("skipped"):
+            return Completed(data=r, name="Cached", message=SKIPPED)
+        return r
+
+    return body
 
 
-def previous_run(out: Path) -> Path | None:
-    link = out / "latest"
-    return link.resolve() if link.is_symlink() and link.resolve().is_dir() else None
+def artifact_key(out: Path, what: str) -> str:
+    """A Prefect artifact key of one output folder's pipeline (lowercase letters, digits and dashes): the folder's name
+    and a hash of its absolute path, so every output folder has its own history of cards and waterfalls."""
+    import hashlib
+    import re
+
+    p = Path(out).resolve()
+    slug = re.sub(r"[^a-z0-9]+", "-", p.name.lower()).strip("-")[:40] or "out"
+    return f"gradus-{slug}-{hashlib.sha1(str(p).encode()).hexdigest()[:8]}-{what}"
+
+
+def card_artifact(readme: Path, inline_limit: int = 400_000) -> str:
+    """The card's body as the Prefect UI shows it: no YAML header (the UI would list it as bullets), and each plot
+    inline as PNG data (the UI cannot load a path on this machine), or as the plot's path when it is too large."""
+    import base64
+    import re
+
+    text = readme.read_text()
+    if text.startswith("---\n"):
+        end = text.find("\n---\n", 4)
+        text = text[end + 5:].lstrip("\n") if end > 0 else text
+
+    def inline(m: re.Match) -> str:
+        p = readme.parent / m.group(2)
+        if p.is_file() and p.stat().st_size <= inline_limit:
+            return f"![{m.group(1)}](data:image/png;base64,{base64.b64encode(p.read_bytes()).decode()})"
+        return f"{m.group(1)}: `{p}`"
+
+    return re.sub(r"!\[([^\]]*)\]\(([^)]+\.png)\)", inline, text)
+
+
+class _RunLogs:
+    """While a flow runs: gradus's own loggers at INFO, each record also sent to the run's logs on the Prefect
+    server (records from the library's own worker threads carry no run context: they get the flow run's id)."""
+
+    def __init__(self, flow_run_id: str | None):
+        import logging
+
+        from prefect.logging.handlers import APILogHandler
+
+        class Handler(APILogHandler):
+            def emit(self, record: logging.LogRecord) -> None:
+                if flow_run_id and not getattr(record, "flow_run_id", None):
+                    record.flow_run_id = flow_run_id
+                super().emit(record)
+
+        self.handler = Handler()
+        self.handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+        self.loggers = [logging.getLogger(n) for n in LIBRARY_LOGGERS]
+        self.levels = [lg.level for lg in self.loggers]
+
+    def __enter__(self):
+        import logging
+
+        for lg in self.loggers:
+            lg.addHandler(self.handler)
+            if lg.getEffectiveLevel() > logging.INFO:
+                lg.setLevel(logging.INFO)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for lg, level in zip(self.loggers, self.levels, strict=True):
+            lg.removeHandler(self.handler)
+            lg.setLevel(level)
+
+
+_HELD: dict[str, FlowLock] = {}  # output folders whose lock ``run_flow`` took for the flow it starts in this process
 
 
 def build_flow(cfg: FlowConfig, api_url: str | None = None, progress: bool = False):
     """The Prefect flow for ``cfg`` (its task runner chosen by ``cfg.runner``); ``api_url``: the Prefect API the
     Ray workers report to (``run_flow`` passes the one the flow uses); ``progress``: the estimation's progress bar
     on stderr (one engine in this process)."""
-    from prefect import flow, get_run_logger, task
-    from prefect.artifacts import create_markdown_artifact, create_table_artifact
+    from prefect import flow, task
     from prefect.cache_policies import NO_CACHE
 
-    ingest_t = task(_ingest, name="ingest", cache_policy=NO_CACHE)
-    stage_t = task(_stage, name="stage", cache_policy=NO_CACHE)
-    dedup_jobs_t = task(_dedup_jobs, name="dedup shards", cache_policy=NO_CACHE)
-    dedup_ids_t = task(_dedup_ids, name="dedup ids", cache_policy=NO_CACHE)
-    dedup_groups_t = task(_dedup_groups, name="dedup groups", cache_policy=NO_CACHE)
-    dedup_shard_t = task(_dedup_shard, name="dedup shard", cache_policy=NO_CACHE)
-    difficulty_t = task(_difficulty, name="difficulty", cache_policy=NO_CACHE, retries=cfg.sampler_retries,
-                        retry_delay_seconds=list(cfg.retry_delays_s))
-    begin_t = task(_difficulty_begin, name="difficulty begin", cache_policy=NO_CACHE)
-    share_t = task(_difficulty_share, name="difficulty share", cache_policy=NO_CACHE, retries=cfg.sampler_retries,
-                   retry_delay_seconds=list(cfg.retry_delays_s))
-    finish_t = task(_difficulty_finish, name="difficulty finish", cache_policy=NO_CACHE)
-    export_t = task(_export, name="export", cache_policy=NO_CACHE)
-    card_t = task(_card, name="card", cache_policy=NO_CACHE)
-    train_t = task(_train, name="train", cache_policy=NO_CACHE)
+    def t(fn, name, source=False, **kw):
+        return task(_task(fn, source), name=name, cache_policy=NO_CACHE, **kw)
+
+    retry = {"retries": cfg.sampler_retries, "retry_delay_seconds": list(cfg.retry_delays_s)}
+    tasks = {"ingest": t(_ingest, "ingest", source=True), "stage": t(_stage, "stage"),
+             "dedup_jobs": t(_dedup_jobs, "dedup shards"), "dedup_ids": t(_dedup_ids, "dedup ids"),
+             "dedup_groups": t(_dedup_groups, "dedup groups"), "dedup_shard": t(_dedup_shard, "dedup shard"),
+             "difficulty": t(_difficulty, "difficulty", **retry), "begin": t(_difficulty_begin, "difficulty begin"),
+             "share": t(_difficulty_share, "difficulty share", **retry),
+             "finish": t(_difficulty_finish, "difficulty finish"), "export": t(_export, "export"),
+             "card": t(_card, "card"), "train": t(_train, "train")}
 
     if cfg.runner == "ray":
         from prefect_ray import RayTaskRunner
@@ -322,75 +401,130 @@ def build_flow(cfg: FlowConfig, api_url: str | None = None, progress: bool = Fal
         runner = ThreadPoolTaskRunner(max_workers=max(2, len(cfg.curate.sources)))
 
     @flow(name="gradus", task_runner=runner, log_prints=True)
-    def gradus_flow(out: str) -> dict:
-        from curate.pipeline import _source_dirname
+    def gradus_flow(out: str):
+        import sys
 
-        log = get_run_logger()
+        from prefect import get_run_logger
+        from prefect.runtime import flow_run
+        from prefect.settings import get_current_settings
+        from prefect.states import Completed, Failed
+
         root = Path(out)
-        stages = root / "stages"
-        previous = previous_run(root)
-        run = run_dir(root)
-        t0 = time.monotonic()
-        futures = [(s, ingest_t.with_options(name=f"ingest {_source_dirname(i, s)}").submit(
-            {"spec": s.spec, "format": s.format, "adapter": s.adapter, "mapping": s.mapping, "name": s.name},
-            str(stages / "1_ingest" / _source_dirname(i, s)))) for i, s in enumerate(cfg.curate.sources)]
-        ingested, missing = [], []
-        for s, fut in futures:
-            fut.wait()
-            if fut.state.is_completed():
-                ingested.append(fut.result())
-            else:  # one source that fails to load does not stop the others
-                missing.append({"source": s.spec, "error": str(fut.state.message or fut.state.name)[:500]})
-                log.error("source %s failed: %s", s.spec, fut.state.message)
-        if not ingested:
-            raise RuntimeError(f"no source could be read: {missing}")
-        summary: dict = {"run": run.name, "ingest": ingested, "missing_sources": missing, "stages": {}}
-        last = [r["folder"] for r in ingested]
-        plan: list[tuple[str, str, Any]] = [("filter", "2_filter", cfg.curate.filters)]
-        if cfg.curate.decontam.benchmarks:
-            plan.append(("decontam", "3_decontam", cfg.curate.decontam))
-        plan.append(("dedup", "4_dedup", cfg.curate.dedup))
-        for kind, folder, scfg in plan:
-            if kind == "dedup" and cfg.runner == "ray":  # the shards' ids, then signatures, as tasks across the cluster
-                jobs = dedup_jobs_t.submit(last, str(stages / folder), scfg).result()
-                id_futures = [dedup_ids_t.with_options(name=f"dedup ids {j.index}").submit(j) for j in jobs]
-                [f.result() for f in id_futures]
-                if jobs:
-                    dedup_groups_t.submit(jobs).result()
-                shard_futures = [dedup_shard_t.with_options(name=f"dedup shard {j.index}").submit(j) for j in jobs]
-                summary["dedup_shard_tasks"] = len([f.result() for f in shard_futures])
-            r = stage_t.with_options(name=kind).submit(kind, last, str(stages / folder), scfg).result()
-            summary["stages"][kind] = r
-            last = [r["folder"]]
-        if cfg.difficulty is not None:
-            folder = str(stages / "5_difficulty")
-            if cfg.estimate_workers == 1:
-                r = difficulty_t.submit(last, folder, cfg.difficulty, progress).result()
-            else:
-                r = begin_t.submit(last, folder, cfg.difficulty).result() or _fan_out(
-                    share_t, finish_t, last, folder, cfg, log)
-            summary["stages"]["difficulty"] = r
-            if cfg.export is not None:
-                summary["stages"]["export"] = export_t.submit([r["folder"]], str(stages / "6_export"), cfg.export).result()
-                if cfg.train is not None:  # the mission's "feed the trainer", as the pipeline's last task
-                    summary["train"] = train_t.submit(str(stages / "6_export"), str(stages / "7_train"), cfg.train).result()
-                    log.info("train: %s", summary["train"]["last"])
-        summary["seconds"] = round(time.monotonic() - t0, 2)
-        summary["all_skipped"] = all(r.get("skipped") for r in ingested) and all(
-            r.get("skipped") for r in summary["stages"].values())
-        if cfg.card:
-            summary["card"] = card_t.submit(stages, run, previous, missing).result()
-            readme = Path(summary["card"]["card"]).read_text()
-            create_markdown_artifact(readme, key="gradus-card", description=f"data card of run {run.name}")
-            if summary["card"].get("diff"):
-                create_markdown_artifact(f"```\n{summary['card']['diff']}\n```", key="gradus-card-diff",
-                                         description="what changed since the previous run")
-        create_table_artifact(_waterfall(summary), key="gradus-waterfall", description="rows through the stages")
-        (run / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
-        point_latest(root, run)
+        held = _HELD.get(str(root.resolve()))  # run_flow took the lock; a served or deployed run takes its own
+        if held is None:
+            claim(root)
+        lock = held or FlowLock(root)
+        crashed = held.crashed if held is not None else lock.acquire()
+        try:
+            run = run_dir(root)
+            info = {"flow_run_id": str(flow_run.id) if flow_run.id else None, "flow_run_name": flow_run.name,
+                    "run_folder": run.name}
+            lock.update(info)
+            if get_current_settings().api.url:  # a server: say where its UI shows this run (on the screen only)
+                from prefect.context import FlowRunContext
+                from prefect.utilities.urls import url_for
+
+                info["ui_url"] = url_for(FlowRunContext.get().flow_run)
+                sys.stderr.write(f"flow run {flow_run.name}: {info['ui_url']}\n")
+            with _RunLogs(info["flow_run_id"]):
+                if crashed:
+                    info["previous_run_crashed"] = settle_crashed(root, crashed)
+                summary = _pipeline(cfg, tasks, root, run, info, progress, get_run_logger())
+        finally:
+            if held is None:
+                lock.release()
+        if summary["failed_stages"]:
+            return Failed(message="; ".join(f"{k}: {v}" for k, v in summary["failed_stages"].items()), data=summary)
+        if summary["all_skipped"]:
+            return Completed(data=summary, name="Cached", message="every stage " + SKIPPED)
         return summary
 
     return gradus_flow
+
+
+def _pipeline(cfg: FlowConfig, tasks: dict, root: Path, run: Path, info: dict, progress: bool, log) -> dict:
+    """The flow's body once the folder is held: the stages in order, the card, the artifacts, the summary."""
+    from prefect.artifacts import create_markdown_artifact, create_table_artifact
+
+    from curate.pipeline import _source_dirname
+    from curate.select.curriculum import SelectionError
+
+    stages = root / "stages"
+    previous = previous_run(root)
+    t0 = time.monotonic()
+    futures = [(s, tasks["ingest"].with_options(name=f"ingest {_source_dirname(i, s)}").submit(
+        {"spec": s.spec, "format": s.format, "adapter": s.adapter, "mapping": s.mapping, "name": s.name},
+        str(stages / "1_ingest" / _source_dirname(i, s)))) for i, s in enumerate(cfg.curate.sources)]
+    ingested, missing = [], []
+    for s, fut in futures:
+        fut.wait()
+        if fut.state.is_completed():
+            ingested.append(fut.result())
+        else:  # one source that fails to load does not stop the others
+            msg = str(fut.state.message or fut.state.name)
+            msg = msg.removeprefix(f"{s.spec}: ")  # the reader's message names the file too
+            missing.append({"source": s.spec, "error": msg[:500]})
+            log.error("source %s could not be read: %s", s.spec, msg)
+    if not ingested:
+        raise RuntimeError(f"no source could be read: {missing}")
+    summary: dict = {"run": run.name, **{k: v for k, v in info.items() if k != "run_folder"}, "ingest": ingested,
+                     "missing_sources": missing, "failed_stages": {}, "stages": {}}
+    ran = [r["folder"] for r in ingested]
+    last = list(ran)
+    plan: list[tuple[str, str, Any]] = [("filter", "2_filter", cfg.curate.filters)]
+    if cfg.curate.decontam.benchmarks:
+        plan.append(("decontam", "3_decontam", cfg.curate.decontam))
+    plan.append(("dedup", "4_dedup", cfg.curate.dedup))
+    for kind, folder, scfg in plan:
+        if kind == "dedup" and cfg.runner == "ray":  # the shards' ids, then signatures, as tasks across the cluster
+            jobs = tasks["dedup_jobs"].submit(last, str(stages / folder), scfg).result()
+            id_futures = [tasks["dedup_ids"].with_options(name=f"dedup ids {j.index}").submit(j) for j in jobs]
+            [f.result() for f in id_futures]
+            if jobs:
+                tasks["dedup_groups"].submit(jobs).result()
+            shard_futures = [tasks["dedup_shard"].with_options(name=f"dedup shard {j.index}").submit(j) for j in jobs]
+            summary["dedup_shard_tasks"] = len([f.result() for f in shard_futures])
+        r = tasks["stage"].with_options(name=kind).submit(kind, last, str(stages / folder), scfg).result()
+        summary["stages"][kind] = r
+        last = [r["folder"]]
+        ran.append(r["folder"])
+    if cfg.difficulty is not None:
+        folder = str(stages / "5_difficulty")
+        if cfg.estimate_workers == 1:
+            r = tasks["difficulty"].submit(last, folder, cfg.difficulty, progress).result()
+        else:
+            r = tasks["begin"].submit(last, folder, cfg.difficulty).result() or _fan_out(
+                tasks["share"], tasks["finish"], last, folder, cfg, log)
+        summary["stages"]["difficulty"] = r
+        ran.append(r["folder"])
+        if cfg.export is not None:
+            try:  # an export that cannot be made (0 rows) fails the run, after the card of what did run is written
+                r = tasks["export"].submit([r["folder"]], str(stages / "6_export"), cfg.export).result()
+            except SelectionError as e:
+                summary["failed_stages"]["export"] = e.in_config()
+                log.error("export: %s", e.in_config())
+            else:
+                summary["stages"]["export"] = r
+                ran.append(r["folder"])
+                if cfg.train is not None:  # the mission's "feed the trainer", as the pipeline's last task
+                    summary["train"] = tasks["train"].submit(str(stages / "6_export"), str(stages / "7_train"),
+                                                             cfg.train).result()
+                    log.info("train: %s", summary["train"]["last"])
+    summary["seconds"] = round(time.monotonic() - t0, 2)
+    summary["all_skipped"] = all(r.get("skipped") for r in ingested) and all(
+        r.get("skipped") for r in summary["stages"].values()) and not summary["failed_stages"]
+    if cfg.card:
+        summary["card"] = tasks["card"].submit(stages, run, previous, missing, summary["failed_stages"], ran).result()
+        create_markdown_artifact(card_artifact(Path(summary["card"]["card"])), key=artifact_key(root, "card"),
+                                 description=f"data card of run {run.name} of {root.resolve()}")
+        if summary["card"].get("diff"):
+            create_markdown_artifact(f"```\n{summary['card']['diff']}\n```", key=artifact_key(root, "card-diff"),
+                                     description=f"what changed since the previous run of {root.resolve()}")
+    create_table_artifact(_waterfall(summary), key=artifact_key(root, "waterfall"),
+                          description=f"rows through the stages of run {run.name} of {root.resolve()}")
+    (run / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    point_latest(root, run)
+    return summary
 
 
 def _fan_out(share_t, finish_t, inputs: list[str], folder: str, cfg: FlowConfig, log) -> dict:
@@ -420,29 +554,56 @@ def _waterfall(summary: dict) -> list[dict]:
 
 
 def run_flow(cfg: FlowConfig, out: Path, progress: bool = False) -> dict:
-    """Run the flow once (embedded Prefect unless ``PREFECT_API_URL`` points at a server)."""
+    """Run the flow once (embedded Prefect unless ``PREFECT_API_URL`` points at a server) and return its summary.
+
+    The output folder is checked and locked before Prefect starts, so a folder gradus did not write or one another
+    run holds is refused at once. A run whose export could not be made returns its summary with ``failed_stages``
+    (the card of the stages that ran is written); any other failure raises."""
     cfg.plan()  # sources, benchmarks and settings checked before any task runs
-    Path(out).mkdir(parents=True, exist_ok=True)
+    out = Path(out)
+    check_out(out)
+    claim(out)
+    lock = FlowLock(out)
+    lock.acquire()  # a run that died holding this folder is settled by the flow, which knows the server
+    key = str(out.resolve())
+    _HELD[key] = lock
+    try:
+        return _run_flow_held(cfg, out, progress)
+    finally:
+        _HELD.pop(key, None)
+        lock.release()
+
+
+def _run_flow_held(cfg: FlowConfig, out: Path, progress: bool) -> dict:
     if cfg.runner != "ray":
-        return build_flow(cfg, progress=progress)(str(out))
+        return _result(build_flow(cfg, progress=progress)(str(out), return_state=True))
     from prefect.settings import PREFECT_API_URL, get_current_settings, temporary_settings
 
     url = get_current_settings().api.url
     if url:
-        return build_flow(cfg, url)(str(out))
+        return _result(build_flow(cfg, url)(str(out), return_state=True))
     from prefect.server.api.server import SubprocessASGIServer
 
     server = SubprocessASGIServer()  # the embedded server Prefect would start, started here to share its address
     server.start()
     try:
         with temporary_settings({PREFECT_API_URL: server.api_url}):
-            result = build_flow(cfg, server.api_url)(str(out))
+            result = build_flow(cfg, server.api_url)(str(out), return_state=True)
             from prefect.logging.handlers import APILogHandler
 
             APILogHandler().flush()  # the run's last log lines reach the server before it stops
-            return result
+            return _result(result)
     finally:
         server.stop()
+
+
+def _result(state) -> dict:
+    """The summary a flow run ended with: its data when it failed on purpose (``failed_stages``), else its result
+    (which raises the error of a run that failed otherwise)."""
+    data = state.result(raise_on_failure=False)
+    if state.is_failed() and isinstance(data, dict) and data.get("failed_stages"):
+        return data
+    return state.result()
 
 
 def _deployment_entrypoint():

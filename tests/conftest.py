@@ -31,3 +31,14 @@ def real_data() -> Path:
     if not REAL.is_dir():
         pytest.skip(f"real data folder {REAL} is absent")
     return REAL
+
+
+@pytest.fixture(scope="session")
+def prefect_harness():
+    """A real Prefect server (a temporary database) for the session's flow tests; yields its API URL."""
+    pytest.importorskip("prefect")
+    from prefect.settings import PREFECT_API_URL
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=90):
+        yield PREFECT_API_URL.value()

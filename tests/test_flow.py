@@ -13,14 +13,6 @@ from curate.core.config import ConfigError
 pytest.importorskip("prefect")
 
 
-@pytest.fixture(scope="session")
-def prefect_harness():
-    from prefect.testing.utilities import prefect_test_harness
-
-    with prefect_test_harness(server_startup_timeout=90):
-        yield
-
-
 def _config(tmp_path, sources, **extra):
     cfg = {"sources": sources, "decontam": {"benchmarks": [f"demo={_demo_benchmark()}"]}, **extra}
     p = tmp_path / "flow.json"

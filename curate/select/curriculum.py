@@ -43,7 +43,21 @@ REQUIRED = ("id", "n_correct", "n_graded", "pass_rate")
 
 
 class SelectionError(GradusError):
-    pass
+    """A selection that cannot be made. ``settings``: the export settings that would change it, named in the message
+    as the command line spells them; ``in_config()`` names them as a flow config's ``export.<key>``."""
+
+    def __init__(self, message: str, settings: tuple[str, ...] = ()):
+        self.base, self.settings = message, settings
+        super().__init__(message + (f"; change {_either([f'--{k.replace(chr(95), chr(45))}' for k in settings])}"
+                                    if settings else ""))
+
+    def in_config(self) -> str:
+        return self.base + (f"; change {_either([f'export.{k}' for k in self.settings])} in the config"
+                            if self.settings else "")
+
+
+def _either(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
 
 
 @dataclass(frozen=True)

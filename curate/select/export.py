@@ -272,8 +272,8 @@ def export(inputs: list[Path], out: Path, cfg: ExportConfig, force: bool = False
     if n_suspect:  # left out before the selection, and said so with the other exclusions
         sel.report["excluded"] = {"suspect_gold": n_suspect, **sel.report["excluded"]}
     if sel.table.num_rows == 0:
-        raise SelectionError(f"the export would hold 0 rows (of {table.num_rows} scored: left out {sel.report['excluded']}); "
-                             "change --target, --buckets or --include-ends")
+        raise SelectionError(f"the export would hold 0 rows (of {table.num_rows} scored: left out "
+                             f"{sel.report['excluded']})", ("target", "buckets", "include_ends"))
     final = out.resolve()
     tmp = final.parent / f".{final.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)

@@ -1,0 +1,186 @@
+"""A flow's output folder: what may be in it, who holds it, and its one-per-run record folders.
+
+- *Guard*: ``--out`` must be a new or empty folder, or one a gradus flow wrote (``FLOW_MARKER``, or the layout of
+  an older gradus: ``stages/``, ``runs/``, ``latest``). A file, a link, or a folder with other files in it is
+  refused before anything is written, so a flow never writes beside a user's own files.
+- *Lock*: a run holds an exclusive ``flock`` on ``OUT/.gradus-flow.lock`` for its whole duration and writes who it
+  is there (pid, host, start time, Prefect flow run). A second run on the same folder refuses at once and names
+  the holder. The kernel drops the lock when its process dies, however it dies.
+- *Crashed runs*: a lock file that names a run but is not held means that run died without finishing (killed, out
+  of memory, the machine went down). The next run marks that Prefect flow run ``Crashed`` if the server still
+  has it running, and removes the run folder it left empty.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import socket
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from curate.core.errors import GradusError
+
+log = logging.getLogger(__name__)
+FLOW_MARKER = ".gradus-flow.json"  # this folder is a gradus flow's output
+LOCK = ".gradus-flow.lock"  # held (flock) by the run in progress; says who that is
+# what a flow's output folder holds: anything else is a user's, and the flow refuses the folder
+OWNED = {FLOW_MARKER, LOCK, "stages", "runs", "latest"}
+
+
+class FlowFolderError(GradusError):
+    """An output folder the flow will not write into, or one another run holds."""
+
+
+def check_out(out: Path) -> None:
+    """Refuse an ``--out`` that is a file, a link, or a folder holding files a gradus flow did not write."""
+    out = Path(out)
+    if out.is_symlink() or (out.exists() and not out.is_dir()):
+        raise FlowFolderError(f"--out {out} is a file or a link: give a folder (a new one, or one a flow wrote)")
+    if not out.is_dir():
+        return
+    foreign = sorted(e.name for e in out.iterdir() if e.name not in OWNED and not e.name.startswith(".latest."))
+    if foreign:
+        raise FlowFolderError(f"--out {out} holds files a gradus flow did not write ({', '.join(foreign[:5])}"
+                              f"{', ...' if len(foreign) > 5 else ''}): choose an empty or new folder")
+
+
+def claim(out: Path) -> None:
+    """Create ``out`` (after ``check_out``) and mark it as a flow's folder."""
+    check_out(out)
+    out.mkdir(parents=True, exist_ok=True)
+    marker = out / FLOW_MARKER
+    if not marker.exists():
+        marker.write_text(json.dumps({"kind": "gradus-flow", "created": _now()}) + "\n")
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+class FlowLock:
+    """The run's hold on its output folder (see the module's docstring). ``acquire`` returns the record of a run that
+    died holding it (or None); ``update`` adds what is known once the run has started; ``release`` clears it."""
+
+    def __init__(self, out: Path):
+        self.path = Path(out) / LOCK
+        self.fd: int | None = None
+        self.crashed: dict | None = None  # what ``acquire`` found, for whoever settles it
+
+    def acquire(self) -> dict | None:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _read(fd)
+            os.close(fd)
+            who = "another run"
+            if holder:
+                who = (f"pid {holder.get('pid')} on {holder.get('host')}, started {holder.get('started')}"
+                       + (f", flow run {holder['flow_run_name']}" if holder.get("flow_run_name") else ""))
+            raise FlowFolderError(f"{self.path.parent} is in use by {who}: wait for it, or use another --out") from None
+        self.fd = fd
+        self.crashed = _read(fd) or None  # a record left in an unheld lock: that run died before it finished
+        self.update({"pid": os.getpid(), "host": socket.gethostname(), "started": _now()}, replace=True)
+        return self.crashed
+
+    def update(self, info: dict, replace: bool = False) -> None:
+        assert self.fd is not None, "update before acquire"
+        record = {} if replace else (_read(self.fd) or {})
+        record.update(info)
+        data = (json.dumps(record) + "\n").encode()
+        os.ftruncate(self.fd, 0)
+        os.pwrite(self.fd, data, 0)
+        os.fsync(self.fd)
+
+    def release(self) -> None:
+        if self.fd is None:
+            return
+        os.ftruncate(self.fd, 0)  # an empty lock file: the last run finished
+        fcntl.flock(self.fd, fcntl.LOCK_UN)
+        os.close(self.fd)
+        self.fd = None
+
+    def __enter__(self) -> FlowLock:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def _read(fd: int) -> dict:
+    try:
+        raw = os.pread(fd, 1 << 16, 0)
+        d = json.loads(raw) if raw.strip() else {}
+    except (OSError, ValueError):
+        return {}
+    return d if isinstance(d, dict) else {}
+
+
+def settle_crashed(out: Path, record: dict) -> dict:
+    """What the next run does about a run that died holding ``out``: its Prefect flow run is set ``Crashed`` (if
+    the server this process talks to still has it pending or running) and its run folder removed if it is empty.
+    Returns what was done, for the summary."""
+    done: dict = {"pid": record.get("pid"), "started": record.get("started"), "flow_run": record.get("flow_run_name")}
+    run = record.get("run_folder")
+    if run:
+        p = Path(out) / "runs" / run
+        if p.is_dir() and not any(p.iterdir()):
+            p.rmdir()
+            done["removed_empty_run_folder"] = run
+    fid = record.get("flow_run_id")
+    if fid:
+        done["marked_crashed"] = _mark_crashed(fid, record)
+    log.warning("a previous run on %s (pid %s, started %s) died before it finished: %s", out, record.get("pid"),
+                record.get("started"), ", ".join(f"{k} {v}" for k, v in done.items() if k.startswith(("marked", "removed"))
+                                                   ) or "nothing left to clean")
+    return done
+
+
+def _mark_crashed(flow_run_id: str, record: dict) -> bool:
+    import httpx
+    from prefect.client.orchestration import get_client
+    from prefect.exceptions import ObjectNotFound
+    from prefect.states import Crashed
+
+    try:
+        with get_client(sync_client=True) as client:
+            fr = client.read_flow_run(flow_run_id)
+            if fr.state is None or fr.state.is_final():
+                return False
+            msg = (f"the process running it (pid {record.get('pid')} on {record.get('host')}) died before the run "
+                   f"finished; found by the next run on its output folder at {_now()}")
+            client.set_flow_run_state(flow_run_id, Crashed(message=msg), force=True)
+            return True
+    except (ObjectNotFound, httpx.HTTPError, OSError) as e:  # a run this server never had, or no server: nothing to mark
+        log.info("could not mark flow run %s crashed: %s", flow_run_id, str(e).splitlines()[0][:200] if str(e) else e)
+        return False
+
+
+def run_dir(out: Path) -> Path:
+    """A new run folder ``out/runs/<UTC time>`` (a suffix when two runs start in the same second)."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    d = out / "runs" / stamp
+    n = 1
+    while d.exists():
+        n += 1
+        d = out / "runs" / f"{stamp}-{n}"
+    d.mkdir(parents=True)
+    return d
+
+
+def point_latest(out: Path, run: Path) -> None:
+    """``out/latest`` -> ``run``, replaced atomically (a symlink renamed over the old one)."""
+    tmp = out / f".latest.{os.getpid()}"
+    if tmp.is_symlink() or tmp.exists():
+        tmp.unlink()
+    tmp.symlink_to(run.relative_to(out))
+    os.replace(tmp, out / "latest")
+
+
+def previous_run(out: Path) -> Path | None:
+    link = out / "latest"
+    return link.resolve() if link.is_symlink() and link.resolve().is_dir() else None
