@@ -120,14 +120,16 @@ def _ingest_workers(spec: str, fmt: str) -> int:
             from curate.sources.synthetic import parse_spec
 
             return workers_for(int(parse_spec(spec)["n"]))
-        p = Path(spec)
-        if not p.is_file():
+        from curate.sources.readers import source_files
+
+        files = source_files(spec)  # the file, or every file of a folder or a glob
+        if not files:
             return 1
         if fmt == "parquet":
             import pyarrow.parquet as pq
 
-            return workers_for(pq.ParquetFile(p).metadata.num_rows)
-        return workers_for(PARALLEL_MIN_ROWS if p.stat().st_size >= 64 << 20 else 0)
+            return workers_for(sum(pq.ParquetFile(f).metadata.num_rows for f in files))
+        return workers_for(PARALLEL_MIN_ROWS if sum(f.stat().st_size for f in files) >= 64 << 20 else 0)
     except Exception:  # noqa: BLE001 - a guess at the size: the reader reports what is wrong with the source
         return 1
 
@@ -140,6 +142,7 @@ def ingest(
     mapping: str | None = None,
     source_name: str | None = None,
     force: bool = False,
+    revision: str | None = None,
 ) -> Manifest:
     """Read a source (file, hub id, ``synthetic:...``) into record shards; unreadable rows are rejects."""
     fmt = fmt or detect_format(spec)
@@ -150,7 +153,22 @@ def ingest(
 
     config = {"format": fmt, "adapter": adapter, "mapping": mapping, "source_name": source_name,
               "rules": INGEST_RULES, "grader_version": GRADER_VERSION}  # math-verify judges a solution's boxes
-    inputs = [{"source": spec, "fingerprint": file_fingerprint(spec)}]
+    pinned = None
+    if fmt == "hf":  # the commit this run reads: its fingerprint, recorded in the manifest (and the card)
+        from curate.sources.hub import resolve
+
+        pinned = resolve(spec, revision)
+        inputs = [{"source": spec, "revision": pinned.commit, "fingerprint": pinned.commit[:16]}]
+    else:
+        if revision:
+            raise SourceError(f"{spec}: a revision is for hub sources only")
+        inputs = [{"source": spec, "fingerprint": file_fingerprint(spec)}]
+    from curate.sources.readers import source_root
+
+    if source_root(spec) is not None:  # a folder or a glob: how many files the fingerprint covers
+        from curate.sources.readers import source_files
+
+        inputs[0]["files"] = len(source_files(spec))
     local = Path(spec)
 
     def body(run: StageRun) -> None:
@@ -159,12 +177,14 @@ def ingest(
         pool = GradingPool(timeout_s=5)  # started only if a solution boxes several different answers
         try:
             try:
-                _ingest_batches(run, read_source(spec, fmt), pool)
+                if pinned is not None:
+                    run.extra["revision"] = {"commit": pinned.commit, "resolved_by": pinned.how, "asked": revision}
+                _ingest_batches(run, read_source(spec, fmt, pinned=pinned), pool)
             except FastPathFailed as e:
                 log.warning("%s: arrow reader failed (%s); reading line by line", spec, str(e)[:120])
                 run.reset()
                 run.extra["read_path"] = "python"
-                _ingest_batches(run, read_source(spec, fmt, slow=True), pool)
+                _ingest_batches(run, read_source(spec, fmt, slow=True, pinned=pinned), pool)
         finally:
             pool.close()
 
@@ -591,6 +611,7 @@ class SourceSpec:
     format: str | None = None  # jsonl | json | csv | parquet | hf | synthetic (default: from the file name)
     adapter: str | None = None  # force an adapter (gradus list adapters; default: detected from the columns)
     mapping: str | None = None  # column mapping, e.g. problem=question,answer=boxed(solution)
+    revision: str | None = None  # hub sources: a commit, branch or tag to read (default: the main branch's commit now)
 
 
 @dataclass(frozen=True)
@@ -653,7 +674,8 @@ def curate_all(cfg: CurateConfig, out: Path, force: bool = False, card: bool = T
     out = Path(out)
     cfg.check()  # sources and benchmarks found before any stage runs
     ingested = [
-        ingest(s.spec, out / "1_ingest" / _source_dirname(i, s), s.format, s.adapter, s.mapping, s.name, force)
+        ingest(s.spec, out / "1_ingest" / _source_dirname(i, s), s.format, s.adapter, s.mapping, s.name, force,
+               revision=s.revision)
         for i, s in enumerate(cfg.sources)
     ]
     ingest_dirs = [out / "1_ingest" / _source_dirname(i, s) for i, s in enumerate(cfg.sources)]

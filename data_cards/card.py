@@ -258,6 +258,8 @@ def build_card(folder: str | Path, only: list[str | Path] | None = None) -> dict
         for src, c in m.by_source.items():
             v = sources.setdefault(src, {"in": 0, "after_ingest": 0, "final": 0, "origin": []})
             v["origin"] += [e.get("source") for e in m.inputs]
+            v.setdefault("revisions", []).extend({"source": e.get("source"), "commit": e["revision"]}
+                                                 for e in m.inputs if e.get("revision"))  # hub sources: the commit read
             sources[src]["in"] += c.get("in", 0)
             sources[src]["after_ingest"] += c.get("kept", 0)
     finals = ingests if last_clean is not None and last_clean[1].stage == "ingest" else [last_clean] if last_clean else []

@@ -274,6 +274,10 @@ def render_body(card: dict, plots: list[str]) -> str:
         p.append("## Sources\n")
         p.append(_table(["source", "rows in", "after ingest", "in the clean set", "license"],
                         [[s, v["in"], v["after_ingest"], v["final"], v["license"]] for s, v in card["sources"].items()]))
+        pins = [r for v in card["sources"].values() for r in v.get("revisions", [])]
+        if pins:
+            p.append("\nRead from the Hub at these commits: " + "; ".join(f"`{r['source']}` at `{r['commit']}`"
+                                                                         for r in pins) + ".")
         p.append("")
     if card.get("waterfall"):
         p.append("## Filter waterfall\n")

@@ -38,8 +38,11 @@ def _print_manifest(m, out: Path) -> None:
 def cmd_ingest(a: argparse.Namespace) -> None:
     from curate.pipeline import ingest
 
-    m = ingest(a.source, Path(a.out), a.format, a.adapter, a.mapping, a.name, a.force)
+    m = ingest(a.source, Path(a.out), a.format, a.adapter, a.mapping, a.name, a.force, revision=a.revision)
     _print_manifest(m, Path(a.out))
+    if m.stats.get("revision"):
+        r = m.stats["revision"]
+        print(f"  hub commit: {r['commit']} (from the {r['resolved_by']})")
     print(f"  adapter: {m.stats.get('adapter')} (format {m.config.get('format')})")
     if m.rows_in and not m.rows_kept:
         raise ValueError(f"kept 0 of {m.rows_in} rows ({', '.join(m.rejected_by_reason)}): wrong --format or --adapter?")
@@ -502,9 +505,11 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="cmd", required=True)
 
     s = sub.add_parser("ingest", help="read a source into record shards")
-    s.add_argument("source", help="file (jsonl/json/csv/parquet), hub id (owner/name[@split]) or synthetic[:n=..]")
+    s.add_argument("source", help="a file (jsonl/json/csv/parquet), a folder of shards, a quoted glob, a datasets "
+                   "save_to_disk folder, a hub id (owner/name[:config][@split]) or synthetic[:n=..]")
     s.add_argument("--out", required=True)
-    s.add_argument("--format", choices=["jsonl", "json", "csv", "parquet", "hf", "synthetic"])
+    s.add_argument("--format", choices=["jsonl", "json", "csv", "parquet", "arrow", "hf", "synthetic"])
+    s.add_argument("--revision", help="hub sources: the commit, branch or tag to read (default: main's commit now)")
     s.add_argument("--adapter", help="force a source adapter (default: detected from the columns)")
     s.add_argument("--mapping", "--map", help="column mapping, e.g. problem=question,answer=final or answer=boxed(solution)")
     s.add_argument("--name", help="source name stored in the 'source' column")

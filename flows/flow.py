@@ -129,8 +129,10 @@ class FlowConfig:
 def _ingest(spec: dict, out: str) -> dict:
     from curate.pipeline import ingest
 
-    m = ingest(spec["spec"], Path(out), spec.get("format"), spec.get("adapter"), spec.get("mapping"), spec.get("name"))
-    return {"folder": out, "rows_in": m.rows_in, "rows_kept": m.rows_kept, "skipped": m.skipped}
+    m = ingest(spec["spec"], Path(out), spec.get("format"), spec.get("adapter"), spec.get("mapping"), spec.get("name"),
+               revision=spec.get("revision"))
+    return {"folder": out, "rows_in": m.rows_in, "rows_kept": m.rows_kept, "skipped": m.skipped,
+            **({"revision": m.inputs[0]["revision"]} if m.inputs[0].get("revision") else {})}
 
 
 def _stage(kind: str, inputs: list[str], out: str, cfg) -> dict:
@@ -453,7 +455,8 @@ def _pipeline(cfg: FlowConfig, tasks: dict, root: Path, run: Path, info: dict, p
     previous = previous_run(root)
     t0 = time.monotonic()
     futures = [(s, tasks["ingest"].with_options(name=f"ingest {_source_dirname(i, s)}").submit(
-        {"spec": s.spec, "format": s.format, "adapter": s.adapter, "mapping": s.mapping, "name": s.name},
+        {"spec": s.spec, "format": s.format, "adapter": s.adapter, "mapping": s.mapping, "name": s.name,
+         "revision": s.revision},
         str(stages / "1_ingest" / _source_dirname(i, s)))) for i, s in enumerate(cfg.curate.sources)]
     ingested, missing = [], []
     for s, fut in futures:

@@ -276,3 +276,39 @@ def test_rows_added_to_a_source_are_the_only_rows_sampled(prefect_harness, tmp_p
     src.write_text(src.read_text() + "".join(json.dumps(r) + "\n" for r in rows[6:9]))
     second = run_flow(FlowConfig.load(path), tmp_path / "out")["stages"]["difficulty"]
     assert (second["rows_kept"], second["samples"], second["rows_from_store"]) == (9, 6, 6)
+
+
+@pytest.mark.engine
+def test_a_folder_source_that_gains_a_shard_ingests_it_and_samples_only_its_rows(prefect_harness, tmp_path):
+    """A folder of Parquet shards (as a hub snapshot lays them out) is one source: a shard added between two runs
+    re-ingests the source, and the difficulty store gives back every row already scored, so the real model (transformers,
+    k=2) samples only the new shard's 3 rows; the card diff names the added rows."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from curate.sources.synthetic import generate
+    from flows.flow import FlowConfig, run_flow
+
+    rows, seen = [], set()
+    for r in generate(60, seed=9, mix="ladder"):
+        if r["problem"] not in seen:
+            seen.add(r["problem"])
+            rows.append({k: r[k] for k in ("id", "problem", "answer", "level")})
+    data = tmp_path / "snapshot" / "data"
+    data.mkdir(parents=True)
+    pq.write_table(pa.Table.from_pylist(rows[:4]), data / "train-00000-of-00002.parquet")
+    pq.write_table(pa.Table.from_pylist(rows[4:6]), data / "train-00001-of-00002.parquet")
+    cfg = {"sources": [{"spec": str(tmp_path / "snapshot"), "name": "mine"}], "decontam": {"benchmarks": []},
+           "difficulty": {"backend": "hf", "template": "fewshot", "store": str(tmp_path / "store"),
+                          "sampling": {"k": 2, "temperature": 0.7, "max_tokens": 24, "seed": 0}}}
+    path = tmp_path / "flow.json"
+    path.write_text(json.dumps(cfg))
+    out = tmp_path / "out"
+    first = run_flow(FlowConfig.load(path), out)
+    assert first["ingest"][0]["rows_in"] == 6 and first["stages"]["difficulty"]["samples"] == 12
+    pq.write_table(pa.Table.from_pylist(rows[6:9]), data / "train-00002-of-00003.parquet")
+    second = run_flow(FlowConfig.load(path), out)
+    assert not second["ingest"][0]["skipped"] and second["ingest"][0]["rows_in"] == 9
+    d = second["stages"]["difficulty"]
+    assert (d["rows_kept"], d["samples"], d["rows_from_store"]) == (9, 6, 6)
+    assert "ingest: rows_in 6 -> 9" in (out / "latest" / "card_diff.txt").read_text()

@@ -40,7 +40,7 @@ Cols = dict[str, list | pa.Array]
 
 # Record columns a mapping may fill, and the raw column names reserved by the readers.
 MAPPABLE = ("problem", "answer", "solution", "id", "question_type", "year", "level", "subject", "difficulty")
-_BOOKKEEPING = ("_value", "_nonscalar", "_row", "_bad")
+_BOOKKEEPING = ("_value", "_nonscalar", "_row", "_bad", "_file")  # _file: a multi-file source's file of the row
 
 
 def _col(t: pa.Table, name: str) -> list:
@@ -343,6 +343,11 @@ def row_id_prefix(spec: str) -> str:
     """What a row number is qualified with when the source has no id column: the file's name
     (``math.json``) or the hub data set's name (``NuminaMath-1.5``), so that two files read by one adapter
     (DeepScaleR's ``aime.json`` and ``math.json``) never give two rows the same ``source_id``."""
+    from curate.sources.readers import source_root
+
+    root = source_root(spec)
+    if root is not None:  # a folder or a glob: the folder's name (each row's file is named after it)
+        return root.resolve().name or spec
     return Path(spec.split("@", 1)[0].rstrip("/")).name or spec
 
 
@@ -361,7 +366,11 @@ def apply_adapter(adapter: Adapter, t: pa.Table, row_prefix: str | None = None) 
             rejects[i] = rejects[i] or "ingest_problem_not_string"
     cols["_reject"] = rejects
     cols["_reject_detail"] = [b or ns for b, ns in zip(bad, nonscalar, strict=False)]
-    rows = [f"{row_prefix}:{r}" if row_prefix else str(r) for r in _col(t, "_row")]
+    if "_file" in t.column_names:  # a folder or glob: the file and the row within it
+        rows = [f"{row_prefix}/{f}:{r}" if row_prefix else f"{f}:{r}" for f, r in zip(_col(t, "_file"), _col(t, "_row"),
+                                                                                    strict=True)]
+    else:
+        rows = [f"{row_prefix}:{r}" if row_prefix else str(r) for r in _col(t, "_row")]
     if cols.get("source_id") is None:
         cols["source_id"] = rows
     else:

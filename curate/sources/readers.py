@@ -29,29 +29,81 @@ import pyarrow.parquet as pq
 from curate.core.errors import SourceError
 from curate.sources.rows import BATCH_ROWS, rows_to_table
 
-FORMATS = ("jsonl", "json", "csv", "parquet", "hf", "synthetic")
+FORMATS = ("jsonl", "json", "csv", "parquet", "arrow", "hf", "synthetic")  # arrow: a datasets.save_to_disk folder
+SUFFIXES = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
+GLOB = set("*?[")
 
 
 class FastPathFailed(Exception):
     """The arrow reader could not read this file; read it again line by line."""
 
 
+def _file_format(p: Path) -> str | None:
+    suffix = "".join(p.suffixes[-2:]) if p.suffix == ".gz" else p.suffix
+    return SUFFIXES.get(suffix.replace(".gz", "").lower())
+
+
+def is_saved_dataset(p: Path) -> bool:
+    """A ``datasets`` ``save_to_disk`` folder: a Dataset (``state.json`` + ``dataset_info.json`` + arrow files) or a
+    DatasetDict (``dataset_dict.json`` and one such folder per split)."""
+    return p.is_dir() and ((p / "state.json").is_file() and (p / "dataset_info.json").is_file()
+                           or (p / "dataset_dict.json").is_file())
+
+
+def source_root(spec: str) -> Path | None:
+    """The folder of a multi-file source (a folder, or a glob's folder before its first wildcard); None for a single
+    file, a hub id or the generator. Row ids of such a source name each row's file relative to this folder."""
+    if GLOB & set(spec):
+        parts = Path(spec).parts
+        i = next(i for i, x in enumerate(parts) if GLOB & set(x))
+        return Path(*parts[:i]) if i else Path(".")
+    p = Path(spec)
+    return p if p.is_dir() else None
+
+
+def source_files(spec: str) -> list[Path]:
+    """Every file one source reads, sorted: a folder's data files (``*.parquet``, ``*.jsonl``, ... at any depth, hidden
+    ones and a cache's ``.lock`` files left out), a glob's matches, a ``save_to_disk`` folder's every file, or the
+    one file. Empty for a hub id or the generator."""
+    root = source_root(spec)
+    if root is None:
+        p = Path(spec)
+        return [p] if p.is_file() else []
+    if GLOB & set(spec):
+        import glob
+
+        files = sorted(Path(x) for x in glob.glob(spec, recursive=True) if Path(x).is_file())
+    elif is_saved_dataset(root):
+        return sorted(x for x in root.rglob("*") if x.is_file())
+    else:
+        files = sorted(x for x in root.rglob("*") if x.is_file() and _file_format(x) is not None)
+    return [f for f in files if not any(part.startswith(".") for part in f.relative_to(root).parts)]
+
+
 def detect_format(spec: str) -> str:
     if spec == "synthetic" or spec.startswith("synthetic:"):
         return "synthetic"
     p = Path(spec)
+    if GLOB & set(spec) or p.is_dir():
+        if p.is_dir() and is_saved_dataset(p):
+            return "arrow"
+        files = source_files(spec)
+        if not files:
+            raise SourceError(f"{spec}: no data files ({', '.join(sorted(SUFFIXES))}, optionally .gz) "
+                              + ("match" if GLOB & set(spec) else "in this folder"))
+        fmts = sorted({_file_format(f) or f.suffix for f in files})
+        if len(fmts) > 1:
+            raise SourceError(f"{spec}: files of several formats ({', '.join(fmts)}); give one glob per format, "
+                              "e.g. 'folder/*.parquet'")
+        fmt = fmts[0]
+        if fmt not in FORMATS:
+            raise SourceError(f"{spec}: unknown file type {fmt!r}")
+        return _json_or_lines(files[0]) if fmt == "json" else fmt
     if p.exists():
-        suffix = "".join(p.suffixes[-2:]) if p.suffix == ".gz" else p.suffix
-        fmt = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".csv": "csv", ".parquet": "parquet"}.get(
-            suffix.replace(".gz", "")
-        )
+        fmt = _file_format(p)
         if fmt is None:
             raise SourceError(f"{spec}: unknown file type {p.suffix!r}; use --format one of {', '.join(FORMATS)}")
-        if fmt == "json":  # a .json file may hold JSON lines
-            with open(p, "rb") as f:
-                head = f.read(4096).lstrip()
-            fmt = "json" if head.startswith(b"[") else "jsonl"
-        return fmt
+        return _json_or_lines(p) if fmt == "json" else fmt
     looks_local = spec.startswith((".", "/", "~")) or spec.count("/") > 1 or Path(spec.split("@")[0]).suffix.lower() in (
         ".jsonl", ".ndjson", ".json", ".csv", ".parquet", ".gz", ".txt", ".tsv")
     if looks_local:
@@ -59,6 +111,13 @@ def detect_format(spec: str) -> str:
     if spec.startswith("hf:") or spec.count("/") == 1:
         return "hf"
     raise SourceError(f"{spec}: no such file, and not a hub id (owner/name) or 'synthetic'")
+
+
+def _json_or_lines(p: Path) -> str:
+    """A .json file may hold JSON lines."""
+    with open(p, "rb") as f:
+        head = f.read(4096).lstrip()
+    return "json" if head.startswith(b"[") else "jsonl"
 
 
 def _stringify(table: pa.Table, row0: int) -> pa.Table:
@@ -202,19 +261,31 @@ def _parquet(path: Path) -> Iterator[pa.Table]:
         row0 += t.num_rows
 
 
-def _hub(spec: str) -> Iterator[pa.Table]:
-    """A Hugging Face hub id: ``owner/name``, ``hf:owner/name``, optional ``:config`` and ``@split``."""
+def _hub(spec: str, pinned=None) -> Iterator[pa.Table]:
+    """A Hugging Face hub id: ``owner/name``, ``hf:owner/name``, optional ``:config`` and ``@split``, read at the commit
+    ``pinned`` names (``curate.sources.hub.resolve``): streamed from the Hub, or offline from the cached snapshot's
+    files."""
+    from curate.sources.hub import HubSource, _offline, resolve, snapshot_files
+
+    src = HubSource.parse(spec)
+    pinned = pinned or resolve(spec)
+    if _offline() or pinned.how == "cache":
+        if pinned.snapshot is None:
+            raise SourceError(f"{spec}: offline, and commit {pinned.commit[:12]} is not in the hub cache")
+        files = snapshot_files(spec, pinned.snapshot)
+        fmts = {_file_format(f) for f in files}
+        if len(fmts) != 1 or None in fmts:
+            raise SourceError(f"{spec}: the cached snapshot's {src.split} files are not of one known format")
+        fmt = fmts.pop()
+        for f in files:
+            name = str(f.relative_to(pinned.snapshot))
+            for t in _one_file(f, fmt, slow=False):
+                yield t.append_column("_file", pa.array([name] * t.num_rows, pa.string()))
+        return
     import datasets  # heavy; imported only for hub sources
 
-    name = spec.removeprefix("hf:")
-    split = "train"
-    if "@" in name:
-        name, split = name.rsplit("@", 1)
-    config = None
-    if ":" in name:
-        name, config = name.split(":", 1)
     try:
-        ds = datasets.load_dataset(name, config, split=split, streaming=True)
+        ds = datasets.load_dataset(src.name, src.config, split=src.split, streaming=True, revision=pinned.commit)
     except Exception as e:
         first = (str(e).splitlines() or [""])[0][:200]
         raise SourceError(f"{spec}: cannot load from the hub ({type(e).__name__}: {first})") from e
@@ -225,12 +296,42 @@ def _hub(spec: str) -> Iterator[pa.Table]:
         row0 += t.num_rows
 
 
-def read_source(spec: str, fmt: str | None = None, slow: bool = False) -> Iterator[pa.Table]:
-    """Stream raw string batches from ``spec`` (path, hub id, or ``synthetic[:key=val,...]``).
+def _saved_dataset(path: Path) -> Iterator[pa.Table]:
+    """A ``datasets.save_to_disk`` folder (its ``train`` split when it holds a DatasetDict), batch by batch."""
+    import datasets
+
+    ds = datasets.load_from_disk(str(path))
+    if isinstance(ds, datasets.DatasetDict):
+        if "train" not in ds:
+            raise SourceError(f"{path}: a saved DatasetDict without a train split ({', '.join(ds)}); give the split's "
+                              "folder as the source")
+        ds = ds["train"]
+    row0 = 0
+    for t in ds.with_format("arrow").iter(batch_size=BATCH_ROWS):
+        yield _stringify(t, row0)
+        row0 += t.num_rows
+
+
+def _one_file(path: Path, fmt: str, slow: bool) -> Iterator[pa.Table]:
+    if fmt == "json":
+        yield from _json_array(path)
+    elif fmt == "parquet":
+        yield from _parquet(path)
+    elif fmt == "jsonl":
+        yield from (_jsonl_slow(path) if slow else _jsonl_fast(path))
+    else:
+        yield from (_csv_slow(path) if slow else _csv_fast(path))
+
+
+def read_source(spec: str, fmt: str | None = None, slow: bool = False, pinned=None) -> Iterator[pa.Table]:
+    """Stream raw string batches from ``spec`` (a file, a folder of shards, a glob, a ``save_to_disk`` folder, a hub id,
+    or ``synthetic[:key=val,...]``).
 
     JSONL and CSV go through arrow's streaming readers unless ``slow``; when those fail part way they
     raise ``FastPathFailed`` and the caller (``curate.ingest``) discards its partial output and reads the
-    file again with ``slow=True``, where each bad line becomes a row with ``_bad`` set.
+    file again with ``slow=True``, where each bad line becomes a row with ``_bad`` set. The batches of a folder or a
+    glob carry ``_file``: each row's file relative to the source's folder (its row numbers count within that file, so
+    a shard added later leaves the ids of the rows already there as they were).
     """
     fmt = fmt or detect_format(spec)
     if fmt not in FORMATS:
@@ -240,17 +341,25 @@ def read_source(spec: str, fmt: str | None = None, slow: bool = False) -> Iterat
 
         yield from synthetic_batches(spec)
         return
-    if fmt == "hf":
-        yield from _hub(spec)
+    if fmt == "hf":  # pinned: the commit to read (``curate.sources.hub.Pinned``; resolved here when None)
+        yield from _hub(spec, pinned)
         return
-    path = Path(spec)
-    if not path.is_file():
-        raise SourceError(f"{spec}: no such file")
-    if fmt == "json":
-        yield from _json_array(path)
-    elif fmt == "parquet":
-        yield from _parquet(path)
-    elif fmt == "jsonl":
-        yield from (_jsonl_slow(path) if slow else _jsonl_fast(path))
-    else:
-        yield from (_csv_slow(path) if slow else _csv_fast(path))
+    root = source_root(spec)
+    if fmt == "arrow":
+        if root is None or not is_saved_dataset(root):
+            raise SourceError(f"{spec}: not a datasets save_to_disk folder (no state.json and dataset_info.json)")
+        yield from _saved_dataset(root)
+        return
+    if root is None:
+        path = Path(spec)
+        if not path.is_file():
+            raise SourceError(f"{spec}: no such file")
+        yield from _one_file(path, fmt, slow)
+        return
+    files = source_files(spec)
+    if not files:
+        raise SourceError(f"{spec}: no data files")
+    for f in files:
+        name = str(f.relative_to(root))
+        for t in _one_file(f, fmt, slow):
+            yield t.append_column("_file", pa.array([name] * t.num_rows, pa.string()))
