@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 	$(VENV)/bin/gradus model convert
 	touch $(STAMP)
 
-.PHONY: install demo test test-all test-dist lint typecheck check bench
+.PHONY: install demo test test-all test-dist test-server lint typecheck check bench
 install: $(STAMP)
 
 demo: $(STAMP)
@@ -28,6 +28,10 @@ test: $(STAMP)
 # the data-parallel trainer on 2 ranks under torchrun (slow: about 7 minutes on 2 cores)
 test-dist: $(STAMP)
 	$(PY) -m pytest -q -m slow tests/test_rl_distributed.py
+
+# schedules on a real `prefect server start`: a one-minute cron fires and completes; prefect.yaml deploys without a checkout
+test-server: $(STAMP)
+	$(PY) -m pytest -q -m slow tests/test_flow_schedule.py
 
 test-all: $(STAMP)
 	$(PY) -m pytest -q -m ""

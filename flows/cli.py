@@ -338,8 +338,19 @@ def cmd_flow(a: argparse.Namespace) -> None:
     if a.action == "run":
         _run_flow(cfg, out, progress=not a.no_progress)
     else:  # serve: a deployment on a schedule, served from this process (Prefect's serve)
+        from prefect.settings import get_current_settings
+
+        from curate.core.errors import GradusError
+        from flows.runs import claim
+
+        if not get_current_settings().api.url:
+            raise GradusError("flow serve: a schedule needs a Prefect server that outlives this command: start one with "
+                              "`prefect server start` and set PREFECT_API_URL=http://127.0.0.1:4200/api (the embedded "
+                              "server of `gradus flow run` stops with its run)")
         cfg.plan()
-        out.mkdir(parents=True, exist_ok=True)
+        claim(out)
+        print(f"serving {a.name} on cron {a.cron!r} (UTC) into {out}; runs appear in the UI of "
+              f"{get_current_settings().api.url.removesuffix('/api')}", flush=True)
         build_flow(cfg).serve(name=a.name, cron=a.cron, parameters={"out": str(out)})
 
 

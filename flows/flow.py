@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from curate.core.config import ConfigError, check_choice, check_keys, from_dict, load_file
+from curate.core.config import ConfigError, _coerce, _hints, check_choice, check_keys, from_dict, load_file
 from curate.core.errors import GradusError
 from curate.difficulty.estimate import EstimateConfig
 from curate.pipeline import CurateConfig
@@ -83,9 +83,8 @@ class FlowConfig:
         diff = from_dict(EstimateConfig, d["difficulty"], "difficulty", base_dir) if d.get("difficulty") is not None else None
         exp = from_dict(ExportConfig, d["export"], "export", base_dir) if d.get("export") is not None else None
         train = from_dict(TrainConfig, d["train"], "train", base_dir) if d.get("train") is not None else None
-        rest = {k: d[k] for k in rest_keys if k in d}
-        if "retry_delays_s" in rest:
-            rest["retry_delays_s"] = tuple(rest["retry_delays_s"])
+        hints = _hints(cls)  # the top-level settings checked by the stage configs' own loader
+        rest = {k: _coerce(d[k], hints[k], k) for k in rest_keys if k in d}
         try:
             return cls(cur, diff, exp, train, **rest)
         except TypeError as e:
@@ -613,9 +612,10 @@ def _deployment_entrypoint():
     from prefect import flow
 
     @flow(name="gradus-pipeline")
-    def pipeline(config: str, out: str = "runs/flow") -> dict:
-        """The deployment's entrypoint (``prefect.yaml``): load ``config`` and run the gradus flow as a subflow."""
-        return run_flow(FlowConfig.load(config), Path(out))
+    def pipeline(config: str = "demo", out: str = "runs/flow") -> dict:
+        """The deployment's entrypoint (``prefect.yaml``): load ``config`` (a path, or ``demo`` for the bundled demo
+        config) and run the gradus flow into ``out`` as a subflow; relative paths are the worker's working folder's."""
+        return run_flow(FlowConfig.load(DEMO_CONFIG if config == "demo" else config), Path(out).resolve())
 
     return pipeline
 

@@ -42,3 +42,12 @@ def prefect_harness():
 
     with prefect_test_harness(server_startup_timeout=90):
         yield PREFECT_API_URL.value()
+
+
+def free_port() -> int:
+    """A free TCP port on the loopback interface (for a server a test starts)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

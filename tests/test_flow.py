@@ -39,6 +39,11 @@ def test_bad_configs_are_refused_before_anything_runs(tmp_path):
         FlowConfig.from_dict({"sources": ["synthetic:n=10"], "estimate_workers": 2})
     with pytest.raises(ConfigError, match="difficulty.sampling.k"):
         FlowConfig.from_dict({"sources": ["synthetic:n=10"], "difficulty": {"sampling": {"k": "ten"}}})
+    with pytest.raises(ConfigError, match="retry_delays_s: expected a list, got 10"):
+        FlowConfig.from_dict({"sources": ["synthetic:n=10"], "retry_delays_s": 10})
+    with pytest.raises(ConfigError, match="card: expected true or false, got 'no'"):
+        FlowConfig.from_dict({"sources": ["synthetic:n=10"], "card": "no"})
+    assert FlowConfig.from_dict({"sources": ["synthetic:n=10"], "retry_delays_s": [5, 30]}).retry_delays_s == (5, 30)
     cfg = FlowConfig.load(_config(tmp_path, [{"spec": str(tmp_path / "nope.jsonl")}]))
     from curate.core.errors import SourceError
 
@@ -312,3 +317,39 @@ def test_a_folder_source_that_gains_a_shard_ingests_it_and_samples_only_its_rows
     d = second["stages"]["difficulty"]
     assert (d["rows_kept"], d["samples"], d["rows_from_store"]) == (9, 6, 6)
     assert "ingest: rows_in 6 -> 9" in (out / "latest" / "card_diff.txt").read_text()
+
+
+def test_benchmark_names_resolve_the_same_from_any_working_folder(tmp_path, monkeypatch):
+    """``aime24`` is looked for in fixed places (GRADUS_BENCHMARKS first), never relative to the current folder."""
+    from curate.clean.decontam import resolve_benchmark
+
+    f = tmp_path / "bench" / "benchmarks" / "aime24" / "test.jsonl"
+    f.parent.mkdir(parents=True)
+    f.write_text('{"problem": "Find x.", "answer": "1"}\n')
+    monkeypatch.setenv("GRADUS_BENCHMARKS", str(tmp_path / "bench"))
+    seen = set()
+    for cwd in (tmp_path, tmp_path / "bench", Path(__file__).parent):
+        monkeypatch.chdir(cwd)
+        seen.add(resolve_benchmark("aime24"))
+    assert seen == {("aime24", str(f))}
+    monkeypatch.delenv("GRADUS_BENCHMARKS")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "nocache"))
+    where = set()
+    for cwd in (tmp_path, Path(__file__).parents[1]):  # from the checkout's root, ../shared/data is no longer special
+        monkeypatch.chdir(cwd)
+        where.add(resolve_benchmark("amc23")[1])
+    assert len(where) == 1
+
+
+def test_flow_serve_refuses_the_embedded_server_in_one_line(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}  # a new process: no test server in scope
+    r = subprocess.run([sys.executable, "-m", "flows.cli", "flow", "serve", str(_config(tmp_path, ["synthetic:n=10"])),
+                        "--out", str(tmp_path / "o")], env=env, capture_output=True, text=True, timeout=120)
+    err = r.stderr.strip()
+    assert r.returncode == 2 and "\n" not in err, err
+    assert "needs a Prefect server" in err and "prefect server start" in err and "PREFECT_API_URL" in err
+    assert not (tmp_path / "o").exists()

@@ -11,13 +11,13 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
 
 import pytest
+from conftest import free_port
 
 from curate.core.shards import read_table
 from curate.difficulty.adaptive import AdaptiveConfig
@@ -26,19 +26,13 @@ from curate.difficulty.estimate import EstimateConfig, estimate
 from curate.pipeline import ingest
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def vllm_server(tmp_path_factory):
     pytest.importorskip("vllm")
     from curate.difficulty.models import resolve_model
 
     path, _ = resolve_model(None)
-    port = _free_port()
+    port = free_port()
     log = tmp_path_factory.mktemp("server") / "server.log"
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", path, "--served-model-name", "smollm2",
            "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32", "--enforce-eager", "--max-model-len", "2048",

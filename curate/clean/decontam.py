@@ -84,6 +84,18 @@ class DecontamConfig:
             raise ValueError("min_overlap and min_overlap_numbers must be in [0, 1]")
 
 
+def benchmark_roots() -> list[Path]:
+    """Where a known benchmark's file is looked for, the same from any working directory: ``GRADUS_BENCHMARKS``,
+    ``GRADUS_REAL_DATA``, the user's cache (``$XDG_CACHE_HOME/gradus/benchmarks``), and for a source checkout the
+    ``shared/data`` folder beside it. None there: the benchmark's hub id (read from the Hub, or its cache)."""
+    roots = [os.environ.get("GRADUS_BENCHMARKS"), os.environ.get("GRADUS_REAL_DATA"),
+             str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gradus" / "benchmarks")]
+    here = Path(__file__).resolve().parents[2]  # the checkout's root when gradus runs from a source checkout
+    if (here / "pyproject.toml").is_file():
+        roots.append(str(here.parent / "shared" / "data"))
+    return [Path(r) for r in roots if r]
+
+
 def resolve_benchmark(spec: str) -> tuple[str, str]:
     """``NAME=PATH`` or a known name -> (name, path or hub id)."""
     if "=" in spec:
@@ -91,9 +103,7 @@ def resolve_benchmark(spec: str) -> tuple[str, str]:
         return name, path
     if spec in KNOWN_BENCHMARKS:
         rel, hub = KNOWN_BENCHMARKS[spec]
-        roots = [os.environ.get("GRADUS_BENCHMARKS"), os.environ.get("GRADUS_REAL_DATA"), "../shared/data",
-                 str(Path(__file__).resolve().parents[2] / "shared" / "data")]  # beside a source checkout
-        for root in filter(None, roots):
+        for root in benchmark_roots():
             if (Path(root) / rel).is_file():
                 return spec, str(Path(root) / rel)
         return spec, hub
