@@ -15,9 +15,12 @@ Layout of ``--out``::
     stages/1_ingest/<nn_source>/ 2_filter/ 3_decontam/ 4_dedup/ 5_difficulty/ 6_export/   (updated in place)
     runs/<UTC time>/summary.json, card/ (README.md, card.json, plots/), card_diff.txt     (one per run)
     latest -> runs/<UTC time>
+    .gradus-flow.json (this folder is a flow's), .gradus-flow.lock (held by the run in progress: ``flows.runs``)
 
-A source that fails to load fails its own task; the others finish, the flow goes on with them and the
-summary and card name the missing source. A bad config is refused before any task runs.
+A source that fails to load fails its own task (one line, no traceback); the others finish, the flow goes on with
+them and the summary and card name the missing source. A stage that found its complete output ends ``Cached``. A
+bad config is refused before any task runs, a folder with a user's files or one another run holds before Prefect
+starts.
 """
 
 from __future__ import annotations
