@@ -154,6 +154,7 @@ def ingest(
     config = {"format": fmt, "adapter": adapter, "mapping": mapping, "source_name": source_name,
               "rules": INGEST_RULES, "grader_version": GRADER_VERSION}  # math-verify judges a solution's boxes
     pinned = None
+    inputs: list[dict]
     if fmt == "hf":  # the commit this run reads: its fingerprint, recorded in the manifest (and the card)
         from curate.sources.hub import resolve
 

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 
-from curate.core.manifest import Manifest, ManifestError, stage_outputs
+from curate.core.manifest import MANIFEST, Manifest, ManifestError, stage_outputs
 from curate.core.shards import iter_batches, shard_paths
 
 CARD_VERSION = 1
@@ -235,18 +235,50 @@ def _curriculum(p: Path, m: Manifest) -> dict:
                        for p in m.stats.get("parts", [])], "template": m.config.get("template")}
 
 
-def build_card(folder: str | Path, only: list[str | Path] | None = None) -> dict:
-    """Every figure of the card of ``folder`` (a run folder, a stage output or an export), from recorded data.
-    ``only``: the stage folders to describe (a flow's run names the ones it ran: a source it no longer reads, or an
-    export this run could not make, leaves an older output in the folder that is not this run's)."""
+def upstream(folder: Path, m: Manifest) -> list[tuple[Path, Manifest]]:
+    """The stage outputs ``folder`` was made from, followed through each manifest's input folders back to the
+    ingests (an export's card tells the whole story: sources, waterfall, contamination, difficulty, selection).
+    Inputs that are no longer where their manifest says are left out."""
+    seen: dict[Path, Manifest] = {folder.resolve(): m}
+    todo = [m]
+    while todo:
+        for e in todo.pop().inputs:
+            p = Path(e["path"]) if e.get("path") else None
+            if p is None:
+                continue
+            if p.name == "kept" and not (p / MANIFEST).is_file():
+                p = p.parent
+            if p.resolve() in seen or not (p / MANIFEST).is_file():
+                continue
+            try:
+                seen[p.resolve()] = up = Manifest.load(p)
+            except ManifestError:
+                continue
+            todo.append(up)
+    outs = sorted(seen.items(), key=lambda pm: (pm[1].kind.order, str(pm[0])))
+    return outs
+
+
+def default_name(sources: dict) -> str:
+    """A card's name when the config gives none: its sources."""
+    return "gradus: " + (", ".join(sources) if sources else "no sources")
+
+
+def build_card(folder: str | Path, only: list[str | Path] | None = None, name: str | None = None) -> dict:
+    """Every figure of the card of ``folder`` (a run folder, a stage output or an export), from recorded data. A single
+    stage output is described with the stages upstream of it (``upstream``). ``only``: the stage folders to describe
+    (a flow's run names the ones it ran: a source it no longer reads, or an export this run could not make, leaves an
+    older output in the folder that is not this run's). ``name``: the card's title (default: its sources)."""
     d = Path(folder)
     outs = stage_outputs(d)
+    if len(outs) == 1 and outs[0][0].resolve() == d.resolve():
+        outs = upstream(d, outs[0][1])
     if only is not None:
         keep = {Path(x).resolve() for x in only}
         outs = [(p, m) for p, m in outs if p.resolve() in keep]
         if not outs:
             raise ManifestError(f"{d}: none of the stage outputs to describe is there")
-    card: dict[str, Any] = {"card_version": CARD_VERSION, "folder": str(d), "name": d.resolve().name,
+    card: dict[str, Any] = {"card_version": CARD_VERSION, "folder": str(d), "name": name,
                             "built": datetime.now(UTC).isoformat(timespec="seconds")}
     card["stages"] = [{"stage": m.stage, "folder": str(p), "rows_in": m.rows_in, "rows_kept": m.rows_kept,
                        "rows_rejected": m.rows_rejected, "rejected_by_reason": m.rejected_by_reason} for p, m in outs]
@@ -284,6 +316,7 @@ def build_card(folder: str | Path, only: list[str | Path] | None = None) -> dict
             card["curriculum"] = _curriculum(p, m)
     if last_clean is not None and last_clean[1].stage != "ingest":
         card["final_set"] = {"folder": str(last_clean[0]), "rows": last_clean[1].rows_kept, **_final_set(last_clean[0])}
+    card["name"] = name or default_name(sources)
     card["provenance"] = [{"stage": m.stage, "folder": str(p), "created": m.created, "code_version": m.code_version,
                            "config": m.config, "config_hash": m.config_hash, "input_hash": m.input_hash,
                            "inputs": m.inputs, "seconds": m.seconds,

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -114,18 +115,21 @@ def _save(fig, path: Path) -> str:
 
 # --------------------------------------------------------------------------------------------- README
 def _card_data(card: dict, folder: Path):
-    """The YAML header: license, task, size, tags, and ``configs`` pointing at the data files that exist."""
+    """The YAML header: license, task, size, tags, ``configs`` pointing at the data files that exist below the card's
+    folder, and ``dataset_info`` per config as ``datasets`` writes it (features as the files hold them). A card
+    written away from its data (a flow's run card) has neither: the export's own card is the one to publish."""
     from huggingface_hub import DatasetCardData
 
-    licenses = {v["license"] for v in card.get("sources", {}).values()}
-    license_ = next(iter(licenses)) if len(licenses) == 1 and not next(iter(licenses)).startswith("unknown") else "other"
+    licenses = sorted({v["license"] for v in card.get("sources", {}).values()})
+    known = [x for x in licenses if not x.startswith("unknown")]
+    license_ = known[0] if len(licenses) == 1 and known else "other"
     rows = card.get("curriculum", {}).get("rows") or card.get("final_set", {}).get("rows") or 0
-    configs = []
+    configs, sizes = [], {}
     cur = card.get("curriculum")
     fmt = (cur or {}).get("format") or "parquet"
     ext = {"parquet": "parquet", "jsonl": "jsonl", "hf": "arrow", "trl": "parquet", "verl": "parquet",
            "openrlhf": "jsonl"}[fmt]
-    if cur:
+    if cur and not _rel(Path(cur["folder"]), folder).startswith("../"):
         base = _rel(Path(cur["folder"]), folder)
         parts = [s for s in cur["stages"] if s["folder"] != "."]
         if parts:
@@ -133,17 +137,61 @@ def _card_data(card: dict, folder: Path):
                             "data_files": [{"split": "train", "path": f"{base}stage_*/data/*.{ext}"}]})
             configs += [{"config_name": s["folder"],
                          "data_files": [{"split": "train", "path": f"{base}{s['folder']}/data/*.{ext}"}]} for s in parts]
+            sizes = {"all": cur["rows"], **{s["folder"]: s["rows"] for s in parts}}
         else:
             configs.append({"config_name": "default", "data_files": [{"split": "train", "path": f"{base}data/*.{ext}"}]})
-    elif card.get("final_set"):
+            sizes = {"default": cur["rows"]}
+    elif card.get("final_set") and not cur and not _rel(Path(card["final_set"]["folder"]), folder).startswith("../"):
         base = _rel(Path(card["final_set"]["folder"]), folder)
         configs.append({"config_name": "default", "data_files": [{"split": "train", "path": f"{base}kept/*.parquet"}]})
-    features = _features(card, folder)
-    return DatasetCardData(
+        sizes = {"default": card["final_set"]["rows"]}
+    data = DatasetCardData(
         license=license_, language=["en"], task_categories=["text-generation"], size_categories=[size_category(rows)],
-        pretty_name=f"{card['name']} (gradus)", tags=["math", "reasoning", "reinforcement-learning", "gradus"],
-        configs=configs, dataset_info={"features": features} if features else None,
+        pretty_name=card["name"], tags=["math", "reasoning", "reinforcement-learning", "gradus"],
+        configs=configs or None,
     )
+    if license_ == "other" and licenses:
+        data["license_name"] = ("mixed: " if len(licenses) > 1 else "") + ", ".join(licenses)  # the Hub asks for one
+    infos = _dataset_infos(configs, sizes, folder)
+    if infos:
+        infos.to_dataset_card_data(data)
+    return data
+
+
+def _dataset_infos(configs: list[dict], sizes: dict[str, int], folder: Path):
+    """``datasets.DatasetInfosDict`` of the configs: each config's features read from its first data file the way
+    ``datasets`` reads that format (Parquet and Arrow schemas as written, JSON lines as pyarrow's JSON reader types
+    them: int64, double), and its train split's rows."""
+    import datasets
+
+    infos = {}
+    for c in configs:
+        files = sorted(folder.glob(c["data_files"][0]["path"]))
+        if not files:
+            continue
+        feats = datasets.Features.from_arrow_schema(_file_schema(files[0]))
+        split = datasets.SplitInfo(name="train", num_examples=sizes.get(c["config_name"], 0),
+                                   num_bytes=sum(f.stat().st_size for f in files))
+        infos[c["config_name"]] = datasets.DatasetInfo(features=feats, splits=datasets.SplitDict({"train": split}))
+    from datasets.info import DatasetInfosDict
+
+    return DatasetInfosDict(infos) if infos else None
+
+
+def _file_schema(path: Path):
+    import pyarrow as pa
+    import pyarrow.json as paj
+    import pyarrow.parquet as pq
+
+    if path.suffix == ".parquet":
+        return pq.read_schema(path)
+    if path.suffix == ".arrow":
+        with pa.memory_map(str(path)) as f:
+            try:
+                return pa.ipc.open_stream(f).schema
+            except pa.ArrowInvalid:
+                return pa.ipc.open_file(f).schema
+    return paj.read_json(path).schema
 
 
 def _rel(target: Path, folder: Path) -> str:
@@ -155,33 +203,6 @@ def _rel(target: Path, folder: Path) -> str:
     if t == f:
         return ""
     return Path(os.path.relpath(t, f)).as_posix() + "/"
-
-
-def _features(card: dict, folder: Path) -> list[dict]:
-    """``dataset_info.features`` from the schema of the first data file the configs point at."""
-    import pyarrow.parquet as pq
-
-    if card.get("curriculum"):  # the columns of the export's format, whatever files it holds
-        from curate.select.export import schema_of
-
-        return [{"name": f.name, **_feature_type(f.type)} for f in schema_of(card["curriculum"]["format"] or "parquet")]
-    files = sorted((Path(card["final_set"]["folder"]) / "kept").glob("*.parquet")) if card.get("final_set") else []
-    if not files:
-        return []
-    return [{"name": f.name, **_feature_type(f.type)} for f in pq.read_schema(files[0])]
-
-
-def _feature_type(t) -> dict:
-    import pyarrow as pa
-
-    if pa.types.is_list(t) or pa.types.is_large_list(t):
-        inner = _feature_type(t.value_type)
-        return {"list": inner.get("dtype", inner)}
-    if pa.types.is_struct(t):
-        return {"struct": [{"name": f.name, **_feature_type(f.type)} for f in t]}
-    names = {pa.string(): "string", pa.large_string(): "string", pa.int32(): "int32", pa.int64(): "int64",
-             pa.float32(): "float32", pa.float64(): "float64", pa.bool_(): "bool"}
-    return {"dtype": names.get(t, str(t))}
 
 
 def _table(headers: list[str], rows: list[list[Any]]) -> str:
@@ -204,10 +225,16 @@ def _rho_text(d: dict) -> str:
     return f"not defined: all {d['rho_pairs']} problems with a level have the same pass rate"
 
 
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+
+
 def _cell(v: Any) -> str:
+    """A table cell: pipes escaped, line breaks as spaces, control bytes as visible ``\\xNN`` (a row whose problem
+    holds a NUL would make the card a binary file to grep and git)."""
     if isinstance(v, int):
         return f"{v:,}"
-    return str(v).replace("|", "\\|").replace("\n", " ")
+    text = str(v).replace("|", "\\|").replace("\n", " ").replace("\t", " ")
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 def use_it(fmt: str, template: str) -> str:
@@ -258,15 +285,22 @@ python -m openrlhf.cli.train_ppo_ray --prompt_data <this folder>/data --input_ke
     return head
 
 
-def render_body(card: dict, plots: list[str]) -> str:
-    """The Markdown body: every number comes from ``card``."""
+def render_body(card: dict, plots: list[str], with_data: bool = True) -> str:
+    """The Markdown body: every number comes from ``card``. ``with_data``: the card lies with its data (its header
+    points at the files); else it says where the data and the card to publish are."""
     p = []
     name = card["name"]
     rows = card.get("curriculum", {}).get("rows") or card.get("final_set", {}).get("rows")
     p.append(f"# {name}\n")
     p.append(f"Built by gradus from the manifests of `{card['folder']}` on {card['built']}; every figure below "
              f"comes from recorded stage outputs (see `card.json`).{f' Rows: **{rows:,}**.' if rows else ''}\n")
-    if card.get("curriculum"):
+    if not with_data:
+        where = (card.get("curriculum") or card.get("final_set") or {}).get("folder")
+        if where:
+            p.append(f"This card describes a run; the data lies in `{where}` (relative to the pipeline's folder)"
+                     + (f", with its own card (`{where}/README.md`): that folder is the one to upload."
+                        if card.get("curriculum") else ".") + "\n")
+    if card.get("curriculum") and with_data:
         c = card["curriculum"]
         p.append("## Use it\n")
         p.append(use_it(c["format"] or "parquet", c["template"]))
@@ -392,24 +426,99 @@ def render_body(card: dict, plots: list[str]) -> str:
     return "\n".join(p)
 
 
-def write_card(folder: str | Path, out: str | Path | None = None, only: list[str | Path] | None = None) -> Path:
+ROWS = "card_rows.parquet"  # beside a card written away from its data: the ids it describes, for card diff
+
+
+def write_card(folder: str | Path, out: str | Path | None = None, only: list[str | Path] | None = None,
+               name: str | None = None) -> Path:
     """Build the card of ``folder`` and write README.md, card.json and plots/ into ``out`` (default: ``folder``);
-    ``only``: the stage folders to describe (``build_card``)."""
+    ``only``: the stage folders to describe, ``name``: its title (``build_card``). Paths in what is written are
+    relative to the pipeline's folder (``public``). A card written away from its data also gets ``card_rows.parquet``:
+    the ids of the rows it describes and their pass counts, so a later ``card diff`` can say which rows changed."""
     from huggingface_hub import DatasetCard
 
     folder = Path(folder)
     out = Path(out) if out is not None else folder
     _check_target(out)
-    card = build_card(folder, only)
+    card = build_card(folder, only, name)
     plots = make_plots(card, out / PLOTS)
     data = _card_data(card, out)
-    text = f"---\n{data.to_yaml()}\n---\n\n{render_body(card, plots)}"
+    shown = public(card)
+    text = f"---\n{data.to_yaml()}\n---\n\n{render_body(shown, plots, with_data=bool(data.get('configs')))}"
     DatasetCard(text)  # parses the header we wrote: a malformed card fails here, not on the Hub
-    write_json_atomic(out / CARD_JSON, card)
+    if out.resolve() != folder.resolve():
+        _write_rows(card, out / ROWS)
+    write_json_atomic(out / CARD_JSON, shown)
     tmp = out / (README + ".tmp")
     tmp.write_text(text)
     tmp.replace(out / README)
     return out / README
+
+
+def public(card: dict) -> dict:
+    """The card as it is published: every absolute path below the pipeline's folder (the common folder of its stage
+    outputs, or the one above ``stages/``) made relative to it, and any other absolute path cut to its file name, so a
+    card read through ``latest``, copied or uploaded names nothing of this machine."""
+    import copy
+    import os
+
+    folders = [Path(s["folder"]).resolve() for s in card.get("stages", [])]
+    root = Path(os.path.commonpath(folders)) if folders else Path(card["folder"]).resolve()
+    if root in folders:  # one stage (or an ingest alone): its folder's parent
+        root = root.parent
+    if root.name == "stages":
+        root = root.parent
+    pattern = re.compile(r"(?<![\w:/.])/(?:[^\s\"'=,;()`]+/)*[^\s\"'=,;()`/]+")
+
+    def rel(m: re.Match) -> str:
+        p = Path(m.group(0))
+        try:
+            return Path(os.path.relpath(p.resolve(), root)).as_posix() if p.resolve().is_relative_to(root) else p.name
+        except (OSError, ValueError):
+            return p.name
+
+    def walk(v):
+        if isinstance(v, str):
+            return pattern.sub(rel, v) if "/" in v else v
+        if isinstance(v, dict):
+            return {k: walk(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [walk(x) for x in v]
+        return v
+
+    out = walk(copy.deepcopy(card))
+    out["folder"] = walk(str(Path(card["folder"]).resolve())) if Path(card["folder"]).resolve() != root else "."
+    return out
+
+
+def _write_rows(card: dict, path: Path) -> None:
+    """The ids of the rows the card describes as its result, and the pass counts of the rows it scored."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from curate.core.shards import iter_batches
+
+    final: set[str] = set()
+    cur, fin = card.get("curriculum"), card.get("final_set")
+    if cur:
+        from curate.select.export import read_export
+
+        final = set(read_export(Path(cur["folder"]))["id"].to_pylist())
+    elif fin:
+        final = {x for t in iter_batches(Path(fin["folder"]) / "kept", columns=["id"]) for x in t["id"].to_pylist()}
+    scored: dict[str, tuple[int, int]] = {}
+    for st in card.get("stages", []):
+        if st["stage"] == "estimate":
+            for t in iter_batches(Path(st["folder"]) / "kept", columns=["id", "n_correct", "k"]):
+                for r in t.to_pylist():
+                    scored[r["id"]] = (r["n_correct"], r["k"])
+    ids = sorted(final | set(scored))
+    table = pa.table({"id": pa.array(ids, pa.string()), "final": pa.array([i in final for i in ids]),
+                      "n_correct": pa.array([scored.get(i, (None, None))[0] for i in ids], pa.int64()),
+                      "k": pa.array([scored.get(i, (None, None))[1] for i in ids], pa.int64())})
+    tmp = path.with_suffix(".tmp")
+    pq.write_table(table, tmp)
+    tmp.replace(path)
 
 
 def _check_target(out: Path) -> None:
@@ -486,24 +595,53 @@ def show_text(card: dict) -> str:
     return "\n".join(lines)
 
 
+def _card_folder(p: Path) -> Path:
+    """A flow's run folder (``OUT/runs/<t>``, ``OUT/latest``) is described by its ``card/``."""
+    p = Path(p)
+    return p / "card" if (p / "card" / CARD_JSON).is_file() and not (p / "manifest.json").exists() else p
+
+
+def card_rows(folder: str | Path) -> dict[str, tuple[bool, int | None, int | None]]:
+    """id -> (in the card's result, n_correct, k) for the rows a card describes: its ``card_rows.parquet`` (a card
+    written away from its data), else read from the stage outputs of the folder."""
+    import pyarrow.parquet as pq
+
+    folder = _card_folder(Path(folder))
+    if (folder / ROWS).is_file():
+        return {r["id"]: (r["final"], r["n_correct"], r["k"]) for r in pq.read_table(folder / ROWS).to_pylist()}
+    from curate.core.manifest import stage_outputs
+    from curate.core.shards import iter_batches
+
+    out: dict[str, tuple[bool, int | None, int | None]] = {i: (True, None, None) for i in final_ids(folder)}
+    for p, m in stage_outputs(folder):
+        if m.stage == "estimate":
+            for t in iter_batches(p / "kept", columns=["id", "n_correct", "k"]):
+                for r in t.to_pylist():
+                    out[r["id"]] = (r["id"] in out and out[r["id"]][0], r["n_correct"], r["k"])
+    return out
+
+
 def diff_cards(old: str | Path, new: str | Path) -> dict:
-    """What changed from the run ``old`` to ``new``: rows per source, reasons per stage, contamination, the
-    difficulty histogram, and the rows added and removed (by id). Figures that did not change are left out."""
+    """What changed from the run ``old`` to ``new``, in pipeline order: rows per source, rows and reasons per stage,
+    contamination, the rows added and removed by id, how many rows each side scored, and the difficulty compared
+    only over the problems scored on both sides (a changed sample is not a change of difficulty). Figures that did
+    not change are left out. ``old``/``new``: run folders, stage outputs, exports, or a flow's run folders."""
+    old, new = _card_folder(Path(old)), _card_folder(Path(new))
     a, b = load_card(old), load_card(new)
     out: dict[str, Any] = {"old": str(old), "new": str(new)}
 
     def changed(x: dict, y: dict) -> dict:
-        keys = sorted(set(x) | set(y), key=str)
+        keys = list(dict.fromkeys([*x, *y]))  # the order the cards list them in: pipeline order, then new keys
         return {k: [x.get(k, 0), y.get(k, 0)] for k in keys if x.get(k, 0) != y.get(k, 0)}
 
-    src = {s: changed({k: v for k, v in a.get("sources", {}).get(s, {}).items() if isinstance(v, int)},
-                      {k: v for k, v in b.get("sources", {}).get(s, {}).items() if isinstance(v, int)})
-           for s in sorted(set(a.get("sources", {})) | set(b.get("sources", {})))}
+    sa, sb = a.get("sources", {}), b.get("sources", {})
+    src = {s: changed({k: v for k, v in sa.get(s, {}).items() if isinstance(v, int)},
+                      {k: v for k, v in sb.get(s, {}).items() if isinstance(v, int)}) for s in dict.fromkeys([*sa, *sb])}
     out["sources"] = {s: v for s, v in src.items() if v}
     wa = {s["stage"]: s for s in a.get("waterfall", [])}
     wb = {s["stage"]: s for s in b.get("waterfall", [])}
     stages = {}
-    for st in sorted(set(wa) | set(wb), key=str):
+    for st in dict.fromkeys([*wa, *wb]):
         x, y = wa.get(st, {}), wb.get(st, {})
         d = changed({"rows_in": x.get("rows_in", 0), "rows_out": x.get("rows_out", 0), **x.get("removed", {})},
                     {"rows_in": y.get("rows_in", 0), "rows_out": y.get("rows_out", 0), **y.get("removed", {})})
@@ -512,25 +650,36 @@ def diff_cards(old: str | Path, new: str | Path) -> dict:
     out["stages"] = stages
     out["contamination"] = changed(a.get("contamination", {}).get("by_benchmark", {}),
                                    b.get("contamination", {}).get("by_benchmark", {}))
-    out["difficulty_histogram"] = changed(a.get("difficulty", {}).get("histogram", {}),
-                                          b.get("difficulty", {}).get("histogram", {}))
     da, db = a.get("difficulty", {}), b.get("difficulty", {})
     out["difficulty"] = {k: [da.get(k), db.get(k)] for k in ("model", "model_revision", "template", "k", "temperature",
-                                                              "max_tokens", "spearman_rho_pass_rate_vs_level")
-                         if da.get(k) != db.get(k)}
+                                                              "max_tokens") if da.get(k) != db.get(k)}
     ca, cb = a.get("curriculum", {}), b.get("curriculum", {})
     out["export"] = {k: [ca.get(k), cb.get(k)] for k in ("format", "template", "target", "rows") if ca.get(k) != cb.get(k)}
     out["export_buckets"] = changed({k: v["taken"] for k, v in ca.get("by_bucket", {}).items()},
                                     {k: v["taken"] for k, v in cb.get("by_bucket", {}).items()})
     try:
-        ia, ib = final_ids(old), final_ids(new)
-        out["rows_added"], out["rows_removed"] = len(ib - ia), len(ia - ib)
+        ra, rb = card_rows(old), card_rows(new)
+        have_rows = True
     except (ManifestError, FileNotFoundError):
-        out["rows_added"] = out["rows_removed"] = None
-    return {k: v for k, v in out.items() if v not in ({}, None) or k in ("old", "new")}
+        ra, rb, have_rows = {}, {}, False
+    if have_rows:
+        fa, fb = {i for i, r in ra.items() if r[0]}, {i for i, r in rb.items() if r[0]}
+        out["rows_added"], out["rows_removed"] = sorted(fb - fa), sorted(fa - fb)
+        ka, kb = {i: r for i, r in ra.items() if r[1] is not None}, {i: r for i, r in rb.items() if r[1] is not None}
+        both = sorted(set(ka) & set(kb))
+        out["scored"] = {"old": len(ka), "new": len(kb), "both": len(both), "added": len(set(kb) - set(ka)),
+                         "removed": len(set(ka) - set(kb))}
+        from collections import Counter
+
+        ha = Counter(str(ka[i][1]) for i in both)
+        hb = Counter(str(kb[i][1]) for i in both)
+        order = sorted(set(ha) | set(hb), key=int)
+        out["difficulty_histogram"] = changed({k: ha.get(k, 0) for k in order}, {k: hb.get(k, 0) for k in order})
+        out["pass_count_changed"] = sum(1 for i in both if ka[i][1:] != kb[i][1:])
+    return {k: v for k, v in out.items() if v not in ({}, None) or k in ("old", "new", "rows_added", "rows_removed")}
 
 
-def diff_text(d: dict) -> str:
+def diff_text(d: dict, show_ids: int = 5) -> str:
     lines = [f"{d['old']} -> {d['new']}"]
     for s, v in d.get("sources", {}).items():
         lines.append(f"  source {s}: " + ", ".join(f"{k} {x:,} -> {y:,}" for k, (x, y) in v.items()))
@@ -538,15 +687,22 @@ def diff_text(d: dict) -> str:
         lines.append(f"  {st}: " + ", ".join(f"{k} {x:,} -> {y:,}" for k, (x, y) in v.items()))
     if d.get("contamination"):
         lines.append("  contamination: " + ", ".join(f"{k} {x} -> {y}" for k, (x, y) in d["contamination"].items()))
-    if d.get("difficulty_histogram"):
-        lines.append("  pass counts: " + ", ".join(f"{k} correct {x} -> {y}" for k, (x, y) in d["difficulty_histogram"].items()))
     for key in ("difficulty", "export"):
         if d.get(key):
             lines.append(f"  {key}: " + ", ".join(f"{k} {x} -> {y}" for k, (x, y) in d[key].items()))
     if d.get("export_buckets"):
         lines.append("  export rows by bucket: " + ", ".join(f"{k} {x} -> {y}" for k, (x, y) in d["export_buckets"].items()))
-    if d.get("rows_added") is not None:
-        lines.append(f"  rows added {d['rows_added']:,}, removed {d['rows_removed']:,}")
+    for what in ("added", "removed"):
+        ids = d.get(f"rows_{what}")
+        if ids:
+            lines.append(f"  rows {what} {len(ids):,}: " + ", ".join(ids[:show_ids]) + (", ..." if len(ids) > show_ids else ""))
+    sc = d.get("scored")
+    if sc and (sc["added"] or sc["removed"] or d.get("difficulty_histogram")):
+        lines.append(f"  scored {sc['old']:,} -> {sc['new']:,} rows ({sc['both']:,} in both, {sc['added']:,} newly scored, "
+                     f"{sc['removed']:,} no longer)")
+    if d.get("difficulty_histogram"):
+        lines.append(f"  pass counts over the {d['scored']['both']:,} problems scored in both ({d['pass_count_changed']:,} "
+                     "changed): " + ", ".join(f"{k} correct {x} -> {y}" for k, (x, y) in d["difficulty_histogram"].items()))
     if len(lines) == 1:
         lines.append("  no change")
     return "\n".join(lines)

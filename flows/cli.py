@@ -247,6 +247,10 @@ def cmd_export(a: argparse.Namespace) -> None:
         print(json.dumps(dataclasses.asdict(cfg), indent=2))
         return
     m = export([Path(d) for d in a.inputs], Path(a.out), cfg, force=a.force)
+    if cfg.card and (not m.skipped or not (Path(a.out) / "README.md").is_file()):
+        from data_cards.render import write_card
+
+        write_card(Path(a.out))  # the card to publish with the data: the whole story, upstream stages included
     _print_export(m, Path(a.out))
 
 

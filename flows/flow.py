@@ -40,6 +40,12 @@ from flows.runs import FlowLock, check_out, claim, point_latest, previous_run, r
 from rl_stage.trainer import TrainConfig
 
 RUNNERS = ("local", "ray")
+
+
+@dataclass(frozen=True)
+class CardConfig:
+    name: str | None = None  # the cards' title (the run's and the export's); default: the sources, "gradus: math, aime"
+
 DEMO_CONFIG = Path(__file__).resolve().parent / "demo.toml"  # the bundled demo (``gradus demo``)
 STAGE_FOLDERS = ("1_ingest", "2_filter", "3_decontam", "4_dedup", "5_difficulty", "6_export")
 
@@ -50,7 +56,7 @@ class FlowConfig:
     difficulty: EstimateConfig | None = None  # None: no difficulty estimation (and no export)
     export: ExportConfig | None = None  # None: no export
     train: TrainConfig | None = None  # None: no training; else `gradus train` on the run's export (data and out set here)
-    card: bool = True  # build the run's data card and publish it as a Prefect artifact
+    card: bool | CardConfig = True  # the run's data card, published as a Prefect artifact; a table names it: {name = ...}
     runner: str = "local"  # local (threads in this process) | ray (prefect-ray's RayTaskRunner)
     ray_address: str | None = None  # runner ray: a cluster address; None: a local Ray instance
     estimate_workers: int = 1  # runner ray: difficulty split by chunk across this many workers, an engine each
@@ -86,7 +92,7 @@ class FlowConfig:
         diff = from_dict(EstimateConfig, d["difficulty"], "difficulty", base_dir) if d.get("difficulty") is not None else None
         exp = from_dict(ExportConfig, d["export"], "export", base_dir) if d.get("export") is not None else None
         train = from_dict(TrainConfig, d["train"], "train", base_dir) if d.get("train") is not None else None
-        hints = _hints(cls)  # the top-level settings checked by the stage configs' own loader
+        hints = _hints(cls)  # type: ignore[arg-type]  # the top-level settings checked by the stage configs' own loader
         rest = {k: _coerce(d[k], hints[k], k) for k in rest_keys if k in d}
         try:
             return cls(cur, diff, exp, train, **rest)
@@ -96,6 +102,10 @@ class FlowConfig:
     @classmethod
     def load(cls, path: str | Path) -> FlowConfig:
         return cls.from_dict(load_file(path), base_dir=Path(path).resolve().parent)
+
+    @property
+    def card_name(self) -> str | None:
+        return self.card.name if isinstance(self.card, CardConfig) else None
 
     def plan(self) -> list[str]:
         """What the flow will do, one line a step; checks sources and benchmarks first (raises on a problem)."""
@@ -208,10 +218,14 @@ def _difficulty_finish(inputs: list[str], out: str, cfg: EstimateConfig, shares:
     return _difficulty_summary(m, out, workers=len(shares))
 
 
-def _export(inputs: list[str], out: str, cfg: ExportConfig) -> dict:
+def _export(inputs: list[str], out: str, cfg: ExportConfig, card_name: str | None = None) -> dict:
     from curate.select.export import export
 
     m = export([Path(x) for x in inputs], Path(out), cfg)
+    if cfg.card:  # the export's own card, the one to publish with its data (named from the config's card.name)
+        from data_cards.render import write_card
+
+        write_card(Path(out), name=card_name)
     return {"folder": out, "rows_in": m.rows_in, "rows_kept": m.rows_kept, "skipped": m.skipped}
 
 
@@ -244,12 +258,12 @@ def _train(export: str, root: str, cfg: TrainConfig) -> dict:
 
 
 def _card(stages: Path, run: Path, previous: Path | None, missing: list[dict], failed: dict[str, str],
-          ran: list[str]) -> dict:
+          ran: list[str | Path], name: str | None = None) -> dict:
     """The run's card over the stage folders this run produced (``ran``), with what could not be read or made named
     first thing after its title, and the diff against the previous run's card."""
     from data_cards.render import diff_cards, diff_text, write_card
 
-    readme = write_card(stages, run / "card", only=ran)
+    readme = write_card(stages, run / "card", only=ran, name=name)
     notes = []
     if missing:  # the card of a run with a source that failed to load says so
         notes.append("> **Missing sources.** This run could not read: " + "; ".join(
@@ -504,7 +518,7 @@ def _pipeline(cfg: FlowConfig, tasks: dict, root: Path, run: Path, info: dict, p
         ran.append(r["folder"])
         if cfg.export is not None:
             try:  # an export that cannot be made (0 rows) fails the run, after the card of what did run is written
-                r = tasks["export"].submit([r["folder"]], str(stages / "6_export"), cfg.export).result()
+                r = tasks["export"].submit([r["folder"]], str(stages / "6_export"), cfg.export, cfg.card_name).result()
             except SelectionError as e:
                 summary["failed_stages"]["export"] = e.in_config()
                 log.error("export: %s", e.in_config())
@@ -519,7 +533,8 @@ def _pipeline(cfg: FlowConfig, tasks: dict, root: Path, run: Path, info: dict, p
     summary["all_skipped"] = all(r.get("skipped") for r in ingested) and all(
         r.get("skipped") for r in summary["stages"].values()) and not summary["failed_stages"]
     if cfg.card:
-        summary["card"] = tasks["card"].submit(stages, run, previous, missing, summary["failed_stages"], ran).result()
+        summary["card"] = tasks["card"].submit(stages, run, previous, missing, summary["failed_stages"], ran,
+                                               cfg.card_name).result()
         create_markdown_artifact(card_artifact(Path(summary["card"]["card"])), key=artifact_key(root, "card"),
                                  description=f"data card of run {run.name} of {root.resolve()}")
         if summary["card"].get("diff"):

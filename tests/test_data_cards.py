@@ -14,7 +14,7 @@ from curate.difficulty.estimate import EstimateConfig, estimate
 from curate.pipeline import decontam_stage, dedup_stage, filter_stage, ingest
 from curate.select.export import ExportConfig, export
 from data_cards.card import build_card, spearman
-from data_cards.render import CARD_JSON, diff_cards, write_card
+from data_cards.render import CARD_JSON, diff_cards, diff_text, write_card
 from flows.cli import main
 
 ROWS = [
@@ -39,18 +39,18 @@ class Scripted(Sampler):
     model_name = "scripted"
     model_path = "/nonexistent"
 
-    def __init__(self, cfg, by_problem):
+    def __init__(self, cfg, by_problem, shift=0):
         super().__init__(cfg)
-        self.by_problem = by_problem
+        self.by_problem, self.shift = by_problem, shift
 
     def stream(self, requests):
         for r in requests:
             gold, level = self.by_problem[r.prompt]
-            n = max(0, 5 - level)
+            n = min(4, max(0, 5 - level - self.shift))
             yield r.id, [Completion(f"\\boxed{{{gold if j < n else -1}}}", 3, "stop") for j in range(4)]
 
 
-def make_run(root, rows):
+def make_run(root, rows, limit=None, shift=0):
     root.mkdir(parents=True)
     (root / "src.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (root / "bench.jsonl").write_text("".join(json.dumps(r) + "\n" for r in BENCH))
@@ -60,8 +60,9 @@ def make_run(root, rows):
     decontam_stage([run / "2_filter"], run / "3_decontam", DecontamConfig(benchmarks=(f"bench={root / 'bench.jsonl'}",)))
     dedup_stage([run / "3_decontam"], run / "4_dedup")
     by_problem = {r["problem"]: (r["answer"], int(r["level"].split()[-1])) for r in rows}
-    cfg = EstimateConfig(template="none", sampling=SamplingConfig(k=4, max_tokens=8), store=None, model_revision="r")
-    estimate([run / "4_dedup"], run / "5_difficulty", cfg, sampler=Scripted(cfg.sampling, by_problem), progress=False)
+    cfg = EstimateConfig(template="none", sampling=SamplingConfig(k=4, max_tokens=8), store=None, model_revision="r",
+                         limit=limit)
+    estimate([run / "4_dedup"], run / "5_difficulty", cfg, sampler=Scripted(cfg.sampling, by_problem, shift), progress=False)
     export([run / "5_difficulty"], run / "6_export", ExportConfig(curriculum=True, include_ends=True))
     return run
 
@@ -108,9 +109,14 @@ def test_readme_parses_on_the_hub_and_its_configs_point_at_files(run):
     for c in configs:
         for f in c["data_files"]:
             assert list((run / "6_export").glob(f["path"])), f["path"]
-    feats = {f["name"] for f in card.data.to_dict()["dataset_info"]["features"]}
+    infos = card.data.to_dict()["dataset_info"]  # one entry per config, as datasets writes multi-config cards
+    assert [i["config_name"] for i in infos] == [c["config_name"] for c in configs]
+    feats = {f["name"] for f in infos[0]["features"]}
     assert {"prompt", "answer", "pass_rate", "bucket", "sample_weight"} <= feats
-    assert "## Filter waterfall" not in card.text and "## Selection and curriculum" in card.text
+    # the export's card tells the whole story: sources, waterfall, contamination, difficulty, selection
+    for section in ("## Sources", "## Filter waterfall", "## Contamination", "## Difficulty", "## Selection and curriculum"):
+        assert section in card.text, section
+    assert card.data.pretty_name == "gradus: mine" and "contaminated_exact: 1" in card.text
     whole = DatasetCard.load(write_card(run))
     for c in whole.data.to_dict()["configs"]:
         for f in c["data_files"]:
@@ -136,11 +142,17 @@ def test_diff_reports_exactly_what_changed(run, tmp_path):
     assert d["stages"] == {s: {"rows_in": v[0], "rows_out": v[1]} for s, v in {
         "ingest": ([9, 10], [9, 10]), "filter": ([9, 10], [7, 8]), "decontam": ([7, 8], [6, 7]),
         "dedup": ([6, 7], [5, 6])}.items()}
-    assert d["difficulty_histogram"] == {"4": [1, 2]}
-    assert (d["rows_added"], d["rows_removed"]) == (1, 0)
+    assert list(d["stages"]) == ["ingest", "filter", "decontam", "dedup"]  # pipeline order
+    # the one new problem (level 1: 4 of 4) is scored on one side only: not a change of difficulty
+    assert d["scored"] == {"old": 5, "new": 6, "both": 5, "added": 1, "removed": 0}
+    assert "difficulty_histogram" not in d and d["pass_count_changed"] == 0
+    assert len(d["rows_added"]) == 1 and d["rows_removed"] == []
     assert "contamination" not in d
+    text = diff_text(d)
+    assert f"rows added 1: {d['rows_added'][0]}" in text and "scored 5 -> 6 rows (5 in both, 1 newly scored" in text
     same = diff_cards(run, run)
-    assert set(same) <= {"old", "new", "rows_added", "rows_removed"} and same["rows_added"] == 0
+    assert set(same) <= {"old", "new", "rows_added", "rows_removed", "scored", "pass_count_changed"}
+    assert same["rows_added"] == [] and diff_text(same).endswith("no change")
 
 
 def test_cli_card_and_bad_folders(run, tmp_path, capsys):
@@ -168,9 +180,96 @@ def test_a_readme_gradus_did_not_write_is_never_overwritten(run, tmp_path):
     with pytest.raises(Exception, match="gradus did not write"):
         write_card(run, tmp_path)
     assert (tmp_path / "README.md").read_text() == "my project"
-    out = write_card(run, tmp_path / "elsewhere")  # a card written elsewhere points back at the data
+    out = write_card(run, tmp_path / "elsewhere")  # a card written away from its data points at nothing outside it
+    header = _yaml(out)
+    assert "configs" not in header and "dataset_info" not in header and "../" not in out.read_text()
+    assert "the data lies in `6_export`" in out.read_text() and "`6_export/README.md`" in out.read_text()
+    import pyarrow.parquet as pq
+
+    rows = pq.read_table(tmp_path / "elsewhere" / "card_rows.parquet").to_pylist()
+    assert sum(r["final"] for r in rows) == 5 and sorted(r["n_correct"] for r in rows) == [0, 1, 2, 3, 4]
+
+
+def _declared(readme):
+    """The card's dataset_info as datasets' own reader parses it: {config name: (Features, rows)}."""
+    from datasets.info import DatasetInfosDict
     from huggingface_hub import DatasetCard
 
-    for c in DatasetCard.load(out).data.to_dict()["configs"]:
-        for f in c["data_files"]:
-            assert list((tmp_path / "elsewhere").glob(f["path"])), f["path"]
+    infos = DatasetInfosDict.from_dataset_card_data(DatasetCard.load(readme).data)
+    return {name: (info.features, info.splits["train"].num_examples) for name, info in infos.items()}
+
+
+@pytest.mark.parametrize("fmt,curriculum", [("parquet", True), ("parquet", False), ("jsonl", False), ("hf", True),
+                                            ("trl", False), ("verl", True), ("openrlhf", False)])
+def test_every_export_loads_with_exactly_the_features_its_card_declares(run, tmp_path, fmt, curriculum):
+    """Loaded as a folder (the card is read: its features are applied by config name) and loaded from the data files
+    alone (no card: what the files hold), every config gives the card's declared features and row count."""
+    import shutil
+
+    import datasets
+
+    out = tmp_path / fmt
+    export([run / "5_difficulty"], out, ExportConfig(format=fmt, curriculum=curriculum, include_ends=True))
+    readme = write_card(out)
+    declared = _declared(readme)
+    configs = {c["config_name"]: c for c in _yaml(readme)["configs"]}
+    assert set(declared) == set(configs) and ("all" in declared) == curriculum
+    builder = {"parquet": "parquet", "trl": "parquet", "verl": "parquet", "jsonl": "json", "openrlhf": "json",
+               "hf": "arrow"}[fmt]
+    copy = tmp_path / "elsewhere" / "published"
+    shutil.copytree(out, copy)  # the export folder is self-contained: uploaded or moved, it still loads
+    for name, (features, rows) in declared.items():
+        ds = datasets.load_dataset(str(copy), name, split="train", cache_dir=str(tmp_path / "cache"))
+        assert ds.features == features and ds.num_rows == rows, name
+        files = [str(p) for p in sorted(copy.glob(configs[name]["data_files"][0]["path"]))]
+        bare = datasets.load_dataset(builder, data_files=files, split="train", cache_dir=str(tmp_path / "cache2"))
+        assert bare.features == features, (name, bare.features)
+    text = readme.read_text()
+    assert str(tmp_path) not in text and "../" not in text
+    assert str(tmp_path) not in (out / "card.json").read_text()
+    if fmt == "openrlhf":  # chat messages in the list form datasets writes, with the types the JSON lines hold
+        feats = {f["name"]: f for f in _yaml(readme)["dataset_info"]["features"]}
+        assert feats["input"] == {"name": "input", "list": [{"name": "role", "dtype": "string"},
+                                                           {"name": "content", "dtype": "string"}]}
+        assert feats["pass_rate"]["dtype"] == "float64" and feats["n_correct"]["dtype"] == "int64"
+
+
+def _yaml(readme):
+    from huggingface_hub import DatasetCard
+
+    return DatasetCard.load(readme).data.to_dict()
+
+
+def test_diff_compares_difficulty_over_the_problems_scored_in_both(run, tmp_path):
+    """A run that scored only the first 3 rows has another pass-count histogram, but the same problems did not get
+    harder: nothing changed on the 3 scored in both. A run whose model does one level worse changes them."""
+    fewer = make_run(tmp_path / "fewer", ROWS, limit=3)
+    d = diff_cards(run, fewer)
+    assert d["scored"] == {"old": 5, "new": 3, "both": 3, "added": 0, "removed": 2}
+    assert "difficulty_histogram" not in d and d["pass_count_changed"] == 0
+    worse = make_run(tmp_path / "worse", ROWS, shift=1)  # 3, 2, 1, 0, 0 correct instead of 4, 3, 2, 1, 0
+    d = diff_cards(run, worse)
+    assert d["scored"]["both"] == 5 and d["pass_count_changed"] == 4
+    assert d["difficulty_histogram"] == {"0": [1, 2], "4": [1, 0]}
+    assert "pass counts over the 5 problems scored in both (4 changed): 0 correct 1 -> 2, 4 correct 1 -> 0" in diff_text(d)
+
+
+def test_control_bytes_are_escaped_and_a_flow_folder_card_has_its_ingests(tmp_path):
+    """A row whose problem holds a NUL is shown as \\x00 in the card (which stays text); a flow's output folder keeps
+    its ingests one level deeper (stages/1_ingest/NN_source), and its card and `gradus show` still find them."""
+    from curate.pipeline import filter_stage
+
+    src = tmp_path / "src.jsonl"
+    src.write_text(json.dumps({"problem": "What is 1+1?\u0000\u0007", "answer": "2"}) + "\n"
+                   + json.dumps({"problem": "Compute $3 \\cdot 4$.", "answer": "12"}) + "\n")
+    out = tmp_path / "flowout" / "stages"
+    ingest(str(src), out / "1_ingest" / "00_src", adapter="generic", source_name="mine")
+    filter_stage([out / "1_ingest" / "00_src"], out / "2_filter")
+    card = build_card(tmp_path / "flowout")
+    assert card["sources"]["mine"]["in"] == 2 and [s["stage"] for s in card["waterfall"]][0] == "ingest"
+    readme = write_card(tmp_path / "flowout", tmp_path / "cardout")
+    raw = readme.read_bytes()
+    assert not any(b < 0x20 and b not in (0x0a,) for b in raw), "control bytes in the card"
+    assert card["waterfall"][1]["removed"] == {"problem_not_text": 1}
+    assert "What is 1+1?\\x00\\x07" in raw.decode()  # the example row, its bytes visible
+    assert main(["show", str(tmp_path / "flowout")]) == 0

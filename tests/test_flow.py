@@ -41,7 +41,7 @@ def test_bad_configs_are_refused_before_anything_runs(tmp_path):
         FlowConfig.from_dict({"sources": ["synthetic:n=10"], "difficulty": {"sampling": {"k": "ten"}}})
     with pytest.raises(ConfigError, match="retry_delays_s: expected a list, got 10"):
         FlowConfig.from_dict({"sources": ["synthetic:n=10"], "retry_delays_s": 10})
-    with pytest.raises(ConfigError, match="card: expected true or false, got 'no'"):
+    with pytest.raises(ConfigError, match="card: 'no' fits none of bool"):
         FlowConfig.from_dict({"sources": ["synthetic:n=10"], "card": "no"})
     assert FlowConfig.from_dict({"sources": ["synthetic:n=10"], "retry_delays_s": [5, 30]}).retry_delays_s == (5, 30)
     cfg = FlowConfig.load(_config(tmp_path, [{"spec": str(tmp_path / "nope.jsonl")}]))
@@ -89,10 +89,14 @@ def test_rows_added_to_one_source_rerun_only_what_depends_on_it(prefect_harness,
     src.write_text("".join(json.dumps(r) + "\n" for r in rows))
     path = _config(tmp_path, [{"spec": "synthetic:n=100,seed=2", "name": "synthetic"}, {"spec": str(src)}])
     out = tmp_path / "out"
-    run_flow(FlowConfig.load(path), out)
+    first = run_flow(FlowConfig.load(path), out)
     src.write_text(src.read_text() + "".join(json.dumps({"id": f"n{i}", "problem": f"Compute ${i}^3 - {i}$.",
                                                           "answer": str(i ** 3 - i)}) + "\n" for i in range(2, 7)))
     again = run_flow(FlowConfig.load(path), out)
+    from data_cards.render import diff_cards
+
+    d = diff_cards(out / "runs" / first["run"], out / "runs" / again["run"])  # two run folders of one pipeline
+    assert len(d["rows_added"]) == 5 and d["rows_removed"] == [] and list(d["stages"])[0] == "ingest"
     ing = {r["folder"].rsplit("/", 1)[-1]: r for r in again["ingest"]}
     assert ing["00_synthetic"]["skipped"] and not ing["01_mine"]["skipped"] and ing["01_mine"]["rows_in"] == 25
     assert not again["stages"]["dedup"]["skipped"]

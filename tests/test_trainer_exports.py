@@ -9,6 +9,7 @@ import pytest
 from conftest import write_easy_sums
 
 from curate.select.export import ExportConfig, export
+from data_cards.render import write_card
 from rl_stage.rewards import compute_score, math_reward
 
 
@@ -37,6 +38,7 @@ def test_verl_export_has_the_fields_rlhfdataset_and_the_reward_manager_read(scor
     from curate.difficulty.models import resolve_model
 
     m = export([scored / "scored"], scored / "verl", ExportConfig(format="verl", curriculum=True))
+    write_card(scored / "verl")  # as gradus export and the flow do after the stage
     files = sorted(str(p) for p in (scored / "verl").glob("stage_*/data/*.parquet"))
     assert m.rows_kept == 12 and files
     ds = datasets.load_dataset("parquet", data_files=files, split="train")
@@ -58,6 +60,7 @@ def test_verl_export_has_the_fields_rlhfdataset_and_the_reward_manager_read(scor
 
 def test_openrlhf_export_is_json_lines_with_input_and_label_keys(scored):
     export([scored / "scored"], scored / "orlhf", ExportConfig(format="openrlhf"))
+    write_card(scored / "orlhf")
     lines = [json.loads(x) for f in sorted((scored / "orlhf" / "data").glob("*.jsonl")) for x in open(f)]
     assert len(lines) == 12
     for r in lines:

@@ -131,14 +131,21 @@ class Manifest:
         return cls.load(folder) if (Path(folder) / MANIFEST).is_file() else None
 
 
+def _outermost(folders: set[Path]) -> list[Path]:
+    """The folders not inside another of them (an export's curriculum parts and gradus 0.1's part files lie inside
+    their stage's folder), sorted."""
+    return sorted(f for f in folders if not any(q in folders for q in f.parents))
+
+
 def stage_outputs(folder: str | Path) -> list[tuple[Path, Manifest]]:
-    """The stage outputs of ``folder`` in pipeline order: the folder itself, or every stage of a run folder."""
+    """The stage outputs of ``folder`` in pipeline order: the folder itself, or every stage output found by its
+    manifest at any depth (a flow's folder keeps its ingests in ``stages/1_ingest/NN_source``)."""
     d = Path(folder)
     if not d.is_dir():
         raise ManifestError(f"{d}: no such folder")
     if (d / MANIFEST).exists():
         return [(d, Manifest.load(d))]
-    found = sorted({p.parent for p in d.glob(f"*/{MANIFEST}")} | {p.parent for p in d.glob(f"*/*/{MANIFEST}")})
+    found = _outermost({p.parent for p in d.rglob(MANIFEST) if "runs" not in p.relative_to(d).parts[:1]})
     if not found:
         raise ManifestError(f"{d}: no {MANIFEST} here or in its subfolders: not a stage output or a run folder")
     outs, unreadable = [], []

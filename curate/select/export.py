@@ -81,7 +81,7 @@ class ExportConfig:
     seed: int = 0  # selection and order seed
     weight_floor: float = 0.05  # floor of Kimi's 1 - pass_rate resampling weight (our choice: solved rows not starved)
     rows_per_shard: int = 50_000  # rows per output file (our choice: ~50-100 MB Parquet at typical row sizes)
-    card: bool = True  # write a data card (README.md, card.json, plots/) into the export
+    card: bool = True  # the caller (gradus export, the flow) writes a data card (README.md, card.json, plots/) into it
     drop_suspect_gold: bool = False  # leave out rows whose samples agree on another answer than the gold
 
     def __post_init__(self):
@@ -312,10 +312,6 @@ def export(inputs: list[Path], out: Path, cfg: ExportConfig, force: bool = False
         shutil.rmtree(old_dir, ignore_errors=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    if cfg.card:
-        from data_cards.render import write_card
-
-        write_card(final)  # README.md (ready to upload as a dataset repository), card.json, plots/
     return m
 
 

@@ -100,10 +100,10 @@ def detect_format(spec: str) -> str:
             raise SourceError(f"{spec}: unknown file type {fmt!r}")
         return _json_or_lines(files[0]) if fmt == "json" else fmt
     if p.exists():
-        fmt = _file_format(p)
-        if fmt is None:
+        one = _file_format(p)
+        if one is None:
             raise SourceError(f"{spec}: unknown file type {p.suffix!r}; use --format one of {', '.join(FORMATS)}")
-        return _json_or_lines(p) if fmt == "json" else fmt
+        return _json_or_lines(p) if one == "json" else one
     looks_local = spec.startswith((".", "/", "~")) or spec.count("/") > 1 or Path(spec.split("@")[0]).suffix.lower() in (
         ".jsonl", ".ndjson", ".json", ".csv", ".parquet", ".gz", ".txt", ".tsv")
     if looks_local:
@@ -276,7 +276,7 @@ def _hub(spec: str, pinned=None) -> Iterator[pa.Table]:
         fmts = {_file_format(f) for f in files}
         if len(fmts) != 1 or None in fmts:
             raise SourceError(f"{spec}: the cached snapshot's {src.split} files are not of one known format")
-        fmt = fmts.pop()
+        fmt = str(fmts.pop())
         for f in files:
             name = str(f.relative_to(pinned.snapshot))
             for t in _one_file(f, fmt, slow=False):
