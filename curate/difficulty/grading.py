@@ -38,6 +38,9 @@ def _dist_version(name: str) -> str:
 GRADER_VERSION = (f"math-verify=={_dist_version('math-verify')};sympy=={_dist_version('sympy')};"
                   f"latex2sympy2_extended=={_dist_version('latex2sympy2_extended')};gradus-grading={_GRADING_RULE}")
 _PLAIN_NUMBER = re.compile(r"^[-+]?(?:\d+|\d*\.\d+)$")  # math-verify parses these (checked by a test)
+# golds math-verify parses whatever the digits: integers and decimals, and fractions of integers as \frac{a}{b},
+# \dfrac{a}{b}, \tfrac{a}{b} or a/b (checked on every distinct gold of the real files, tests/test_realdata.py)
+_PLAIN_GOLD = re.compile(r"^[-+]?(?:\d+|\d*\.\d+|\\[dt]?frac\{\d{1,30}\}\{\d{1,30}\}|\d{1,30}/\d{1,30})$")
 _PLAIN_INT = re.compile(r"^-?\d{1,30}$")  # exact integer compare agrees with math-verify (checked by a test)
 _ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.S)
 _MATH_DELIM = re.compile(r"\$|\\\(|\\\[|\\boxed")
@@ -436,7 +439,7 @@ class GradingPool:
         for a in dict.fromkeys(answers):
             if a in self._gold_memo:
                 continue
-            if _PLAIN_NUMBER.match(a):
+            if _PLAIN_GOLD.match(a):
                 self._gold_memo[a] = ParseResult(True, "ok")
                 self.stats["fast_path"] += 1
             else:
