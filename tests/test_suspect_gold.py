@@ -71,6 +71,9 @@ def test_a_split_vote_or_too_few_is_not_a_consensus(real_data, tmp_path):
         assert (c["suspect_gold"], c["consensus_count"]) == (True, 4)
         # answers graded correct never count against the gold
         assert not _consensus(pool, ["5"] * 6, ["correct"] * 6)["suspect_gold"]
+        # one sample reached the gold: 5 agreeing wrong answers of 6 are the model's slip, not a wrong gold
+        assert not _consensus(pool, ["12", "13", "13", "13", "13", "13"], ["correct"] + ["wrong"] * 5)["suspect_gold"]
+        assert _consensus(pool, ["11", "13", "13", "13", "13", "13"], ["wrong"] * 6)["suspect_gold"]
 
 
 def test_the_card_lists_suspect_golds(real_data, tmp_path):

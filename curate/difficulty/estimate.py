@@ -68,8 +68,12 @@ DIFFICULTY_COLUMNS = ["model", "model_revision", "backend", "template", "k", "te
                       "n_correct", "n_graded", "pass_rate", "correct", "pass_rate_low", "pass_rate_high", "outcomes",
                       "response_tokens", "truncated", "prompt_tokens", "grader_version", "rounds", "stop_reason",
                       "bucket_probs", "answers", "suspect_gold", "consensus_answer", "consensus_count"]
-# suspect gold (our rule): at least this many samples, and at least half of all, give one answer that is not the gold
+# suspect gold (our rule): no sample graded correct, and at least this many samples, and at least half of all, give
+# one answer that is not the gold
 CONSENSUS_MIN = 3
+# Bump when the suspect-gold rule changes (2: no sample graded correct). Part of the stage's identity, not of the store
+# keys: rows copied from the store get the flag recomputed from their stored answers and outcomes.
+SUSPECT_RULE = 2
 
 
 class EstimateError(GradusError):
@@ -355,6 +359,7 @@ class Estimator:
         # what else changes a verdict: a resumed or re-run stage never mixes graders or scoring rules
         run_cfg["grader_version"] = GRADER_VERSION
         run_cfg["scoring_rule"] = SCORING_RULE
+        run_cfg["suspect_rule"] = SUSPECT_RULE
         return run_cfg
 
     def _resolve_model(self) -> None:
@@ -609,7 +614,10 @@ class Estimator:
                     for m in batch:
                         if isinstance(m, _Stored):
                             chunks[m.chunk].from_store.add(m.row)
-                            self._record(chunks[m.chunk], m.row, {k: m.scores.get(k) for k in DIFFICULTY_COLUMNS}, hist, bar)
+                            row = {k: m.scores.get(k) for k in DIFFICULTY_COLUMNS}
+                            if row.get("answers") is not None and row.get("outcomes") is not None:
+                                row.update(_consensus(pool, row["answers"], row["outcomes"]))  # today's rule
+                            self._record(chunks[m.chunk], m.row, row, hist, bar)
                     for cidx in sorted(k for k, ch in chunks.items() if not ch.todo):
                         self._write_chunk(chunks.pop(cidx))
                 self.info.grading = dict(pool.stats)
@@ -797,11 +805,15 @@ class Estimator:
 
 
 def _consensus(pool: GradingPool, answers: list[str | None], outcomes: list[str]) -> dict:
-    """``suspect_gold`` when at least ``CONSENSUS_MIN`` samples, and at least half of all, give one answer that was
-    graded wrong (math-verify: not the gold). Answers are grouped as math-verify compares them (``0.5`` and
-    ``\\frac12`` are one answer); a sample without an explicit answer belongs to no group."""
-    wrong = [a for a, o in zip(answers, outcomes, strict=True) if o == "wrong" and a]
+    """``suspect_gold`` when no sample was graded correct and at least ``CONSENSUS_MIN`` samples, and at least half
+    of all, give one answer that was graded wrong (math-verify: not the gold). Answers are grouped as math-verify
+    compares them (``0.5`` and ``\\frac12`` are one answer); a sample without an explicit answer belongs to no group.
+    A sample that reaches the gold says the gold can be right: the agreeing wrong answers are then the model's
+    systematic slip (measured on the demo's exact golds: 3 of its 5 false flags had a correct sample)."""
     none = {"suspect_gold": False, "consensus_answer": None, "consensus_count": None}
+    if "correct" in outcomes:
+        return none
+    wrong = [a for a, o in zip(answers, outcomes, strict=True) if o == "wrong" and a]
     need = max(CONSENSUS_MIN, (len(outcomes) + 1) // 2)
     if len(wrong) < need:
         return none
