@@ -366,3 +366,28 @@ def test_timeouts_count_as_failures(tmp_path, small_input):
         lo, hi = wilson(2, 4)
         assert row["pass_rate_low"] == pytest.approx(lo, abs=1e-6) and row["pass_rate_high"] == pytest.approx(hi, abs=1e-6)
     assert m.stats["sample_outcomes"]["timeout"] == 10
+
+
+def test_a_local_models_revision_covers_every_weight_file_and_sees_a_rewrite(tmp_path):
+    """pytorch_model.bin counts; weights rewritten with the same size and the old mtime give a new revision (the
+    per-file cache is keyed by inode, size, mtime and ctime); an untouched folder keeps its revision."""
+    import os
+    import time
+
+    from curate.difficulty.models import model_revision
+
+    m = tmp_path / "model"
+    m.mkdir()
+    (m / "config.json").write_text('{"model_type": "llama"}')
+    w = m / "pytorch_model.bin"
+    w.write_bytes(b"\x01" * 4096)
+    r1 = model_revision(str(m))
+    assert r1.startswith("sha256:") and model_revision(str(m)) == r1
+    st = w.stat()
+    time.sleep(0.01)
+    w.write_bytes(b"\x02" * 4096)  # the same size ...
+    os.utime(w, ns=(st.st_atime_ns, st.st_mtime_ns))  # ... and the old modification time
+    r2 = model_revision(str(m))
+    assert r2 != r1 and model_revision(str(m)) == r2
+    (m / "model.gguf").write_bytes(b"GGUF")
+    assert model_revision(str(m)) not in (r1, r2)

@@ -104,8 +104,14 @@ def resolve_model(spec: str | None) -> tuple[str, str]:
     return spec, spec  # a hub id: the backend loads it (offline machines need it in the HF cache)
 
 
+# what a local model folder's revision covers: configs, tokenizers and every weight format
+MODEL_FILE_SUFFIXES = (".json", ".safetensors", ".bin", ".pt", ".pth", ".gguf", ".h5", ".msgpack", ".model", ".txt",
+                       ".tiktoken", ".py")
+
+
 def model_revision(path_or_id: str, revision: str | None = None) -> str:
-    """Content hash of a local folder (config, tokenizer, weights); for a hub id the given revision, else
+    """Content hash of a local folder (configs, tokenizer, every weight file: ``MODEL_FILE_SUFFIXES``; each file's hash
+    cached in ``.gradus_revision`` by its inode, size, mtime and ctime); for a hub id the given revision, else
     the commit of its snapshot in the local Hugging Face cache, else ``"unresolved"`` (no network is asked)."""
     p = Path(path_or_id)
     if not p.is_dir():
@@ -119,21 +125,28 @@ def model_revision(path_or_id: str, revision: str | None = None) -> str:
         except Exception:  # noqa: BLE001 - not cached, not a repo id, no huggingface_hub: the revision is unknown
             return "unresolved"
     stamp = p / ".gradus_revision"
-    files = sorted(f for f in p.iterdir() if f.is_file() and f.suffix in (".json", ".safetensors", ".model", ".txt"))
-    key = json.dumps([(f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in files])
-    if stamp.exists():
-        cached = json.loads(stamp.read_text())
-        if cached.get("key") == key:
-            return cached["revision"]
-    h = hashlib.sha256()
-    for f in files:
-        h.update(f.name.encode())
-        with open(f, "rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 22), b""):
-                h.update(chunk)
-    rev = "sha256:" + h.hexdigest()[:16]
+    files = sorted(f for f in p.iterdir() if f.is_file() and f.suffix in MODEL_FILE_SUFFIXES)
     try:
-        stamp.write_text(json.dumps({"key": key, "revision": rev}))
+        cached = json.loads(stamp.read_text()) if stamp.exists() else {}
+        known = cached.get("files", {}) if isinstance(cached, dict) else {}
+    except (OSError, ValueError):
+        known = {}
+    per_file = {}
+    for f in files:  # each file's hash, reused only while its inode, size, mtime and ctime are unchanged
+        st = f.stat()  # ctime: a rewrite that restores the size and the mtime still changes it
+        key = [st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+        old = known.get(f.name)
+        per_file[f.name] = old["sha256"] if isinstance(old, dict) and old.get("key") == key else None
+        if per_file[f.name] is None:
+            h = hashlib.sha256()
+            with open(f, "rb") as fh:
+                for chunk in iter(lambda: fh.read(1 << 22), b""):
+                    h.update(chunk)
+            per_file[f.name] = h.hexdigest()
+        known[f.name] = {"key": key, "sha256": per_file[f.name]}
+    rev = "sha256:" + hashlib.sha256(json.dumps(sorted(per_file.items())).encode()).hexdigest()[:16]
+    try:
+        stamp.write_text(json.dumps({"files": {k: v for k, v in known.items() if k in per_file}, "revision": rev}))
     except OSError:
         pass  # read-only model folder: just recompute next time
     return rev
