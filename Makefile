@@ -45,4 +45,5 @@ typecheck: $(STAMP)
 check: lint typecheck
 
 bench: $(STAMP)
+	$(PY) -m pip install -q -e '.[bench]'
 	$(PY) benchmarks/curate.py
