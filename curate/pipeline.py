@@ -247,7 +247,7 @@ def filter_stage(inputs: list[Path], out: Path, cfg: FilterConfig | None = None,
                     read.append(t)
                     yield t.select(list(BATCH_COLUMNS)), cfg
 
-        pool = GradingPool(timeout_s=cfg.gold_timeout_s) if cfg.gold_gate else None
+        pool = GradingPool(timeout_s=cfg.gold_timeout_s).spawn() if cfg.gold_gate else None  # ready by the first batch
         results = ordered_map(filter_batch, batches(), workers)
         try:
             while True:

@@ -351,6 +351,13 @@ class GradingPool:
         self._ensure()
         return self
 
+    def spawn(self) -> GradingPool:
+        """Start the worker processes without waiting for them: they import math-verify while the caller goes on
+        (the filter's heuristics), and the first call finds them ready."""
+        while len(self._workers) < self.n:
+            self._workers.append(_Worker(self._ctx, self.mem_bytes))
+        return self
+
     def _run(self, op: str, items: list) -> list[ParseResult]:
         """Run ``op`` over ``items`` on the workers; one result per item, in order.
 
