@@ -472,10 +472,12 @@ def public(card: dict) -> dict:
 
     def rel(m: re.Match) -> str:
         p = Path(m.group(0))
-        try:
-            return Path(os.path.relpath(p.resolve(), root)).as_posix() if p.resolve().is_relative_to(root) else p.name
+        try:  # only what names a path here: "\\sqrt{2}/2" or "(n+1)/2" in a problem or gold is left as it is
+            if p.resolve().is_relative_to(root):
+                return Path(os.path.relpath(p.resolve(), root)).as_posix()
+            return p.name if p.exists() or p.parent.exists() and p.parent != Path("/") else m.group(0)
         except (OSError, ValueError):
-            return p.name
+            return m.group(0)
 
     def walk(v):
         if isinstance(v, str):

@@ -446,7 +446,7 @@ def build_flow(cfg: FlowConfig, api_url: str | None = None, progress: bool = Fal
                 sys.stderr.write(f"flow run {flow_run.name}: {info['ui_url']}\n")
             with _RunLogs(info["flow_run_id"]):
                 if crashed:
-                    info["previous_run_crashed"] = settle_crashed(root, crashed)
+                    info["previous_run_crashed"] = settle_crashed(root, crashed, info["flow_run_id"])
                 summary = _pipeline(cfg, tasks, root, run, info, progress, get_run_logger())
         finally:
             if held is None:

@@ -74,7 +74,10 @@ class FlowLock:
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        except OSError as e:
+            if not isinstance(e, BlockingIOError):
+                os.close(fd)
+                raise
             holder = _read(fd)
             os.close(fd)
             who = "another run"
@@ -120,7 +123,7 @@ def _read(fd: int) -> dict:
     return d if isinstance(d, dict) else {}
 
 
-def settle_crashed(out: Path, record: dict) -> dict:
+def settle_crashed(out: Path, record: dict, current_run: str | None = None) -> dict:
     """What the next run does about a run that died holding ``out``: its Prefect flow run is set ``Crashed`` (if
     the server this process talks to still has it pending or running) and its run folder removed if it is empty.
     Returns what was done, for the summary."""
@@ -132,7 +135,7 @@ def settle_crashed(out: Path, record: dict) -> dict:
             p.rmdir()
             done["removed_empty_run_folder"] = run
     fid = record.get("flow_run_id")
-    if fid:
+    if fid and fid != current_run:  # the same flow run retried (Prefect keeps its id): not a dead run to mark
         done["marked_crashed"] = _mark_crashed(fid, record)
     log.warning("a previous run on %s (pid %s, started %s) died before it finished: %s", out, record.get("pid"),
                 record.get("started"), ", ".join(f"{k} {v}" for k, v in done.items() if k.startswith(("marked", "removed"))

@@ -273,3 +273,20 @@ def test_control_bytes_are_escaped_and_a_flow_folder_card_has_its_ingests(tmp_pa
     assert card["waterfall"][1]["removed"] == {"problem_not_text": 1}
     assert "What is 1+1?\\x00\\x07" in raw.decode()  # the example row, its bytes visible
     assert main(["show", str(tmp_path / "flowout")]) == 0
+
+
+def test_published_paths_are_relative_and_maths_is_left_alone(tmp_path):
+    """public() rewrites what names a path on this machine and nothing else: a gold like \\sqrt{2}/2 or (n+1)/2 in a
+    shown row keeps its slash."""
+    from data_cards.render import public
+
+    stage = tmp_path / "p" / "stages" / "2_filter"
+    stage.mkdir(parents=True)
+    card = {"folder": str(tmp_path / "p"), "stages": [{"folder": str(stage)}],
+            "rows": ["\\sqrt{2}/2", "(n+1)/2", "5!/3!", "x /y", "1/2", "http://h:8000/v1", f"read {tmp_path}/src.jsonl",
+                     str(stage / "kept")]}
+    (tmp_path / "src.jsonl").write_text("")
+    out = public(card)
+    assert out["rows"] == ["\\sqrt{2}/2", "(n+1)/2", "5!/3!", "x /y", "1/2", "http://h:8000/v1", "read src.jsonl",
+                           "stages/2_filter/kept"]
+    assert out["stages"][0]["folder"] == "stages/2_filter"

@@ -186,3 +186,12 @@ def test_an_export_of_zero_rows_fails_the_run_after_the_card_of_what_ran(prefect
     with _client() as client:
         st = client.read_flow_run(s["flow_run_id"]).state
         assert st.type.value == "FAILED" and st.message.startswith("export: the export would hold 0 rows")
+
+
+def test_a_retried_flow_run_does_not_mark_itself_crashed(tmp_path):
+    """Prefect keeps a flow run's id when it is retried: finding its own id in the lock is not a dead run."""
+    from flows.runs import settle_crashed
+
+    (tmp_path / "runs" / "old").mkdir(parents=True)
+    done = settle_crashed(tmp_path, {"pid": 1, "flow_run_id": "abc", "run_folder": "old"}, current_run="abc")
+    assert "marked_crashed" not in done and done["removed_empty_run_folder"] == "old"

@@ -129,3 +129,26 @@ def test_a_hub_source_is_read_at_its_commit_and_a_new_commit_reingests_it(tmp_pa
     assert "set the source's revision to a commit" in msg
     with pytest.raises(SourceError, match="a revision is for hub sources only"):
         ingest(str(tmp_path / "hub"), tmp_path / "x", revision=old)
+
+
+def test_a_hub_that_cannot_be_reached_falls_back_to_the_cache(tmp_path, monkeypatch):
+    """Online mode, but the HTTP client fails to connect (its own exception type, not an OSError): the cache's ref is
+    used, and without one the source fails in one line."""
+    from huggingface_hub import HfApi, constants
+
+    from curate.sources.hub import resolve
+
+    class ConnectError(Exception):  # what httpx raises on a refused connection or a failed DNS lookup
+        pass
+
+    def refuse(self, *a, **k):
+        raise ConnectError("[Errno -3] Temporary failure in name resolution")
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(HfApi, "dataset_info", refuse)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    _hub_cache(tmp_path / "hub", "owner/toy", {"3" * 40: _rows(0, 2)}, main="3" * 40)
+    p = resolve("owner/toy")
+    assert (p.commit, p.how) == ("3" * 40, "cache")
+    with pytest.raises(SourceError, match=r"^owner/other: the Hub cannot be reached \(ConnectError\), and neither"):
+        resolve("owner/other")

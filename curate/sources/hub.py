@@ -77,7 +77,7 @@ def resolve(spec: str, revision: str | None = None) -> Pinned:
         from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
 
         try:
-            sha = HfApi().dataset_info(src.name, revision=revision).sha
+            sha = HfApi().dataset_info(src.name, revision=revision, timeout=30).sha
             if sha:
                 snap = repo / "snapshots" / sha
                 return Pinned(sha, "hub", snap if snap.is_dir() else None)
@@ -85,6 +85,8 @@ def resolve(spec: str, revision: str | None = None) -> Pinned:
             raise SourceError(f"{spec}: {type(e).__name__.replace('Error', '').lower()} on the Hub"
                               + (f" (revision {revision})" if revision else "")) from e
         except (HfHubHTTPError, OSError, ValueError) as e:  # no network, a proxy, a timeout: the cache may know
+            why = f"the Hub cannot be reached ({type(e).__name__})"
+        except Exception as e:  # noqa: BLE001 - the HTTP client's own connection errors (httpx) are none of those
             why = f"the Hub cannot be reached ({type(e).__name__})"
     f = repo / "refs" / ref
     if f.is_file():

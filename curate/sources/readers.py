@@ -261,7 +261,7 @@ def _parquet(path: Path) -> Iterator[pa.Table]:
         row0 += t.num_rows
 
 
-def _hub(spec: str, pinned=None) -> Iterator[pa.Table]:
+def _hub(spec: str, pinned=None, slow: bool = False) -> Iterator[pa.Table]:
     """A Hugging Face hub id: ``owner/name``, ``hf:owner/name``, optional ``:config`` and ``@split``, read at the commit
     ``pinned`` names (``curate.sources.hub.resolve``): streamed from the Hub, or offline from the cached snapshot's
     files."""
@@ -279,7 +279,7 @@ def _hub(spec: str, pinned=None) -> Iterator[pa.Table]:
         fmt = str(fmts.pop())
         for f in files:
             name = str(f.relative_to(pinned.snapshot))
-            for t in _one_file(f, fmt, slow=False):
+            for t in _one_file(f, _json_or_lines(f) if fmt == "json" else fmt, slow=slow):
                 yield t.append_column("_file", pa.array([name] * t.num_rows, pa.string()))
         return
     import datasets  # heavy; imported only for hub sources
@@ -342,7 +342,7 @@ def read_source(spec: str, fmt: str | None = None, slow: bool = False, pinned=No
         yield from synthetic_batches(spec)
         return
     if fmt == "hf":  # pinned: the commit to read (``curate.sources.hub.Pinned``; resolved here when None)
-        yield from _hub(spec, pinned)
+        yield from _hub(spec, pinned, slow)
         return
     root = source_root(spec)
     if fmt == "arrow":
