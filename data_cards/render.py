@@ -615,7 +615,12 @@ def card_rows(folder: str | Path) -> dict[str, tuple[bool, int | None, int | Non
     from curate.core.shards import iter_batches
 
     out: dict[str, tuple[bool, int | None, int | None]] = {i: (True, None, None) for i in final_ids(folder)}
-    for p, m in stage_outputs(folder):
+    outs = stage_outputs(folder)
+    if len(outs) == 1:  # an export (or another stage) alone: its scored rows lie upstream
+        from data_cards.card import upstream
+
+        outs = upstream(outs[0][0], outs[0][1])
+    for p, m in outs:
         if m.stage == "estimate":
             for t in iter_batches(p / "kept", columns=["id", "n_correct", "k"]):
                 for r in t.to_pylist():

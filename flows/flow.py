@@ -266,8 +266,10 @@ def _card(stages: Path, run: Path, previous: Path | None, missing: list[dict], f
     readme = write_card(stages, run / "card", only=ran, name=name)
     notes = []
     if missing:  # the card of a run with a source that failed to load says so
+        shown = [Path(m["source"]).name if Path(m["source"]).is_absolute() else m["source"] for m in missing]
         notes.append("> **Missing sources.** This run could not read: " + "; ".join(
-            f"`{m['source']}` ({m['error'][:300]})" for m in missing) + ". The rest of the card is without them.")
+            f"`{s}` ({m['error'][:300]})" for s, m in zip(shown, missing, strict=True))
+            + ". The rest of the card is without them.")
     for stage, msg in failed.items():
         notes.append(f"> **No {stage}.** The {stage} stage of this run failed: {msg[:500]}. The card describes the "
                      "stages before it.")

@@ -246,6 +246,7 @@ def test_diff_compares_difficulty_over_the_problems_scored_in_both(run, tmp_path
     fewer = make_run(tmp_path / "fewer", ROWS, limit=3)
     d = diff_cards(run, fewer)
     assert d["scored"] == {"old": 5, "new": 3, "both": 3, "added": 0, "removed": 2}
+    assert diff_cards(run / "6_export", fewer / "6_export")["scored"] == d["scored"]  # exports: scored rows upstream
     assert "difficulty_histogram" not in d and d["pass_count_changed"] == 0
     worse = make_run(tmp_path / "worse", ROWS, shift=1)  # 3, 2, 1, 0, 0 correct instead of 4, 3, 2, 1, 0
     d = diff_cards(run, worse)
