@@ -325,17 +325,6 @@ def build_card(folder: str | Path, only: list[str | Path] | None = None, name: s
     return card
 
 
-def final_ids(folder: str | Path) -> set[str]:
-    """Ids of the rows a card describes as its result: the export's rows, else the last stage's kept rows."""
-    outs = stage_outputs(folder)
-    p, m = outs[-1]
-    if m.stage == "export":
-        from curate.select.export import read_export
-
-        return set(read_export(p)["id"].to_pylist())
-    return {x for t in iter_batches(p / "kept", columns=["id"]) for x in t["id"].to_pylist()}
-
-
 def size_category(n: int) -> str:
     """Hugging Face's size_categories bucket for ``n`` rows."""
     for limit, name in ((1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"), (1_000_000, "100K<n<1M"),

@@ -14,7 +14,7 @@ from typing import Any
 
 from curate.core.manifest import ManifestError
 from curate.core.shards import write_json_atomic
-from data_cards.card import _level_number, build_card, final_ids, size_category
+from data_cards.card import _level_number, build_card, size_category
 
 CARD_JSON = "card.json"
 README = "README.md"
@@ -493,11 +493,9 @@ def public(card: dict) -> dict:
     return out
 
 
-def _write_rows(card: dict, path: Path) -> None:
-    """The ids of the rows the card describes as its result, and the pass counts of the rows it scored."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
+def _rows_of(card: dict) -> dict[str, tuple[bool, int | None, int | None]]:
+    """id -> (in the card's result, n_correct, k): the rows the card describes as its result (the export's, else the
+    clean set's) and the pass counts of the rows it scored."""
     from curate.core.shards import iter_batches
 
     final: set[str] = set()
@@ -514,10 +512,18 @@ def _write_rows(card: dict, path: Path) -> None:
             for t in iter_batches(Path(st["folder"]) / "kept", columns=["id", "n_correct", "k"]):
                 for r in t.to_pylist():
                     scored[r["id"]] = (r["n_correct"], r["k"])
-    ids = sorted(final | set(scored))
-    table = pa.table({"id": pa.array(ids, pa.string()), "final": pa.array([i in final for i in ids]),
-                      "n_correct": pa.array([scored.get(i, (None, None))[0] for i in ids], pa.int64()),
-                      "k": pa.array([scored.get(i, (None, None))[1] for i in ids], pa.int64())})
+    return {i: (i in final, *scored.get(i, (None, None))) for i in sorted(final | set(scored))}
+
+
+def _write_rows(card: dict, path: Path) -> None:
+    """``_rows_of(card)`` as ``card_rows.parquet``."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = _rows_of(card)
+    table = pa.table({"id": pa.array(list(rows), pa.string()), "final": pa.array([r[0] for r in rows.values()]),
+                      "n_correct": pa.array([r[1] for r in rows.values()], pa.int64()),
+                      "k": pa.array([r[2] for r in rows.values()], pa.int64())})
     tmp = path.with_suffix(".tmp")
     pq.write_table(table, tmp)
     tmp.replace(path)
@@ -605,27 +611,14 @@ def _card_folder(p: Path) -> Path:
 
 def card_rows(folder: str | Path) -> dict[str, tuple[bool, int | None, int | None]]:
     """id -> (in the card's result, n_correct, k) for the rows a card describes: its ``card_rows.parquet`` (a card
-    written away from its data), else read from the stage outputs of the folder."""
+    written away from its data), else ``_rows_of`` the card built from the folder's stage outputs (a folder with
+    neither raises ``ManifestError``: a saved ``card.json``'s paths are not this machine's to read)."""
     import pyarrow.parquet as pq
 
     folder = _card_folder(Path(folder))
     if (folder / ROWS).is_file():
         return {r["id"]: (r["final"], r["n_correct"], r["k"]) for r in pq.read_table(folder / ROWS).to_pylist()}
-    from curate.core.manifest import stage_outputs
-    from curate.core.shards import iter_batches
-
-    out: dict[str, tuple[bool, int | None, int | None]] = {i: (True, None, None) for i in final_ids(folder)}
-    outs = stage_outputs(folder)
-    if len(outs) == 1:  # an export (or another stage) alone: its scored rows lie upstream
-        from data_cards.card import upstream
-
-        outs = upstream(outs[0][0], outs[0][1])
-    for p, m in outs:
-        if m.stage == "estimate":
-            for t in iter_batches(p / "kept", columns=["id", "n_correct", "k"]):
-                for r in t.to_pylist():
-                    out[r["id"]] = (r["id"] in out and out[r["id"]][0], r["n_correct"], r["k"])
-    return out
+    return _rows_of(build_card(folder))
 
 
 def diff_cards(old: str | Path, new: str | Path) -> dict:

@@ -36,7 +36,7 @@ from curate.core.errors import GradusError
 from curate.difficulty.estimate import EstimateConfig
 from curate.pipeline import CurateConfig
 from curate.select.export import ExportConfig
-from flows.runs import FlowLock, check_out, claim, point_latest, previous_run, run_dir, settle_crashed
+from flows.runs import FlowLock, claim, point_latest, previous_run, run_dir, settle_crashed
 from rl_stage.trainer import TrainConfig
 
 RUNNERS = ("local", "ray")
@@ -583,8 +583,7 @@ def run_flow(cfg: FlowConfig, out: Path, progress: bool = False) -> dict:
     (the card of the stages that ran is written); any other failure raises."""
     cfg.plan()  # sources, benchmarks and settings checked before any task runs
     out = Path(out)
-    check_out(out)
-    claim(out)
+    claim(out)  # checks the folder (flows.runs.check_out) before anything is written
     lock = FlowLock(out)
     lock.acquire()  # a run that died holding this folder is settled by the flow, which knows the server
     key = str(out.resolve())

@@ -276,11 +276,7 @@ def _hub(spec: str, pinned=None, slow: bool = False) -> Iterator[pa.Table]:
         fmts = {_file_format(f) for f in files}
         if len(fmts) != 1 or None in fmts:
             raise SourceError(f"{spec}: the cached snapshot's {src.split} files are not of one known format")
-        fmt = str(fmts.pop())
-        for f in files:
-            name = str(f.relative_to(pinned.snapshot))
-            for t in _one_file(f, _json_or_lines(f) if fmt == "json" else fmt, slow=slow):
-                yield t.append_column("_file", pa.array([name] * t.num_rows, pa.string()))
+        yield from _files(files, pinned.snapshot, str(fmts.pop()), slow)
         return
     import datasets  # heavy; imported only for hub sources
 
@@ -310,6 +306,15 @@ def _saved_dataset(path: Path) -> Iterator[pa.Table]:
     for t in ds.with_format("arrow").iter(batch_size=BATCH_ROWS):
         yield _stringify(t, row0)
         row0 += t.num_rows
+
+
+def _files(files: list[Path], root: Path, fmt: str, slow: bool) -> Iterator[pa.Table]:
+    """The batches of a multi-file source, each row tagged with its file relative to ``root`` (``_file``); a
+    ``.json`` file of a JSON-lines source is read as lines."""
+    for f in files:
+        name = str(f.relative_to(root))
+        for t in _one_file(f, _json_or_lines(f) if fmt == "json" else fmt, slow):
+            yield t.append_column("_file", pa.array([name] * t.num_rows, pa.string()))
 
 
 def _one_file(path: Path, fmt: str, slow: bool) -> Iterator[pa.Table]:
@@ -359,7 +364,4 @@ def read_source(spec: str, fmt: str | None = None, slow: bool = False, pinned=No
     files = source_files(spec)
     if not files:
         raise SourceError(f"{spec}: no data files")
-    for f in files:
-        name = str(f.relative_to(root))
-        for t in _one_file(f, fmt, slow):
-            yield t.append_column("_file", pa.array([name] * t.num_rows, pa.string()))
+    yield from _files(files, root, fmt, slow)
