@@ -391,3 +391,28 @@ def test_a_local_models_revision_covers_every_weight_file_and_sees_a_rewrite(tmp
     assert r2 != r1 and model_revision(str(m)) == r2
     (m / "model.gguf").write_bytes(b"GGUF")
     assert model_revision(str(m)) not in (r1, r2)
+
+
+def test_samples_that_time_out_are_graded_again_at_the_end_of_the_stage(tmp_path):
+    # One problem whose right answer takes math-verify about 2.3 s to parse (an expanded 8th power): at a 1 s
+    # timeout both samples time out; the second pass (6 x 1 s, one at a time) grades them right. The row is
+    # written once, with the final verdicts; the manifest counts both passes.
+    import sympy
+
+    x, y, z, w = sympy.symbols("x y z w")
+    slow = r"so \boxed{" + sympy.latex(sympy.expand((x + y + z + w) ** 8)) + "}"
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"problem": "Expand (x+y+z+w)^8.", "answer": "(x+y+z+w)^{8}"}\n'
+                   '{"problem": "Compute 6 * 7.", "answer": "42"}\n')
+    ingest(str(src), tmp_path / "ing", adapter="generic")
+    cfg = _cfg(tmp_path, grader_timeout_s=1, sampling=SamplingConfig(k=2, temperature=1.0, max_tokens=32, seed=0),
+               grader_workers=1)
+    script = lambda r: [slow, slow] if "Expand" in r.prompt else [r"\boxed{42}", r"\boxed{41}"]  # noqa: E731
+    m = estimate([tmp_path / "ing"], tmp_path / "est", cfg, sampler=ScriptedSampler(cfg.sampling, script), progress=False)
+    rows = {r["problem"]: r for r in read_table(tmp_path / "est" / "kept").to_pylist()}
+    assert rows["Expand (x+y+z+w)^8."]["outcomes"] == ["correct", "correct"]
+    assert rows["Expand (x+y+z+w)^8."]["pass_rate"] == 1.0
+    assert rows["Compute 6 * 7."]["outcomes"] == ["correct", "wrong"]
+    g = m.stats["this_run"]["grading"]
+    assert (g["verify_timeouts"], g["regraded"], g["regrade_timeouts"], g["regrade_changed"]) == (1, 1, 0, 1)
+    assert m.stats["sample_outcomes"] == {"correct": 3, "wrong": 1}

@@ -107,6 +107,57 @@ def test_grading_table(pool, gold, response, expected):
     assert pool.grade([gold], [response]) == [expected]
 
 
+# The final answer span (grading rule 4). The first 13 rows are the shapes of math-verify's own test cases that the
+# last-box rule graded wrong although math-verify accepts them: a "find all" answer written as several boxes, and
+# an explicit final answer after an intermediate box. Rewritten here with other numbers and words.
+FINAL_SPAN_TABLE = [
+    ("{3, 5, 11, 17}", r"The primes are $$\boxed{3}, \boxed{5}, \boxed{11}, \boxed{17}$$", "correct"),
+    ("(4, 1), (9, 3)", r"$$\boxed{(4, 1)} \quad \text{and} \quad \boxed{(9, 3)}$$", "correct"),
+    ("(12, 5), (40, 7)", r"so the pairs are $$\boxed{(12, 5)} \quad \text{and} \quad \boxed{(40, 7)}$$", "correct"),
+    ("(2, 4), (5, 5)", r"$$\boxed{(2, 4)} \text{ for part (a) and } \boxed{(5, 5)}$$", "correct"),
+    ("m = 30, n = 4", r"$$\boxed{m = 30} \quad \text{and} \quad \boxed{n = 4}$$", "correct"),
+    ("{4, 5, 6}", r"\boxed{4} and \boxed{5} and \boxed{6}", "correct"),
+    ("{4, 5, 6}", r"\boxed{4},\boxed{5},\boxed{6}", "correct"),
+    ("(3,1),(1,3),(-2,-9),(-9,-2)", "The solutions are:\n\n\\[\n\\boxed{(1, 3)}, \\boxed{(3, 1)}, "
+     "\\boxed{(-2, -9)}, \\boxed{(-9, -2)}\n\\]", "correct"),
+    (r"x_{1}=2+\sqrt{3},\quad x_{2}=2-\sqrt{3}",
+     r"$\boxed{\sqrt{3} + 2} \quad \text{and} \quad \boxed{2 - \sqrt{3}}$", "correct"),
+    (r"y_{1}=x^{2}-2x+4, y_{2}=2x^{2}+8x+5", r"\($y_1 = \boxed{(x - 1)^2 + 3} \) and \( y_2 = \boxed{2(x + 2)^2 - 3} \)",
+     "correct"),
+    (r"x_{1}=\frac{1}{3}+\frac{\sqrt{2}}{6},\quad x_{2}=\frac{1}{3}-\frac{\sqrt{2}}{6}",
+     r"$\boxed{\dfrac{2 + \sqrt{2}}{6}} \quad \text{and} \quad \boxed{\dfrac{2 - \sqrt{2}}{6}}$", "correct"),
+    ("{-3, 2}", r"the fixed points are \[ \boxed{-3} \quad \text{and} \quad \boxed{2}. \]", "correct"),
+    ("8640", r"the interest is $\boxed{140}$. Adding it, she has $8,500 + $140 = $8,640. Final Answer: The final answer "
+     r"is $8,640$. I hope it is correct.", "correct"),
+    # what does not join: repeated boxes are one answer; words other than separators split them; so does distance
+    ("7", r"\boxed{7} and \boxed{7}", "correct"),
+    ("9", r"\boxed{4} no no no no \boxed{9}", "correct"),
+    ("9", r"Check: \boxed{4}. Then, after squaring both sides once more, we get \boxed{9}", "correct"),
+    ("9", r"\boxed{4}" + ", and" + " " * 90 + r"\boxed{9}", "correct"),
+    ("{4, 9}", r"\boxed{4} no no no no \boxed{9}", "wrong"),
+    # a hedge of two answers is a set, and a set is not the single gold
+    ("4", r"It is \boxed{4} or \boxed{9}", "wrong"),
+    # the anchor after the last box wins, also when it is a bare number; without an answer it does not count
+    ("12", r"\boxed{5} so the total is 12. Final answer: 12", "correct"),
+    ("5", r"\boxed{5}. That is my final answer.", "correct"),
+]
+
+
+@pytest.mark.parametrize("gold, response, expected", FINAL_SPAN_TABLE)
+def test_final_answer_span(pool, gold, response, expected):
+    assert pool.grade([gold], [response]) == [expected]
+
+
+def test_final_answer_of_a_span_is_what_consensus_compares():
+    from curate.difficulty.grading import extract_prediction, final_answer
+
+    assert final_answer(r"\boxed{1}, \boxed{2}") == "1, 2"
+    assert extract_prediction(r"\boxed{1}, \boxed{2}") == (r"\boxed{1}, \boxed{2}", "boxed")
+    assert final_answer(r"\boxed{5}. Final answer: $x = 6$") == "x = 6"
+    assert extract_prediction(r"\boxed{5}. Final answer: $x = 6$") == ("$x = 6$", "final_anchor")
+    assert final_answer(r"\boxed{4} no no no no \boxed{9}") == "9"
+
+
 def test_grade_memoizes_identical_pairs_and_uses_the_integer_fast_path(pool):
     before = dict(pool.stats)
     golds = ["17"] * 4 + [r"\frac{3}{4}"] * 3
@@ -219,3 +270,25 @@ def test_same_answer_compares_golds_as_math(pool):
 def test_same_answer_edge_cases(pool):
     assert pool.same_answer([("", "12"), ("12345678901234567890", "12345678901234567891"), ("0.50", ".5")]) == [
         None, False, True]
+
+
+def _expanded(n: int) -> str:
+    import sympy
+
+    x, y, z, w = sympy.symbols("x y z w")
+    return r"\boxed{" + sympy.latex(sympy.expand((x + y + z + w) ** n)) + "}"
+
+
+def test_a_comparison_that_times_out_is_timeout_and_a_second_pass_alone_decides_it():
+    # Two pairs that take math-verify 2-3 s here: the expanded 8th power (parsing it, 2.3 s: right) and two
+    # 12th powers that differ (comparing them, 3.1 s: wrong). At a 1 s timeout both are "timeout", never "wrong";
+    # graded again one at a time with a longer timeout they get their verdicts, and later grades read those.
+    golds = ["(x+y+z+w)^{8}", "(x+y+z+w)^{12}"]
+    responses = [_expanded(8), r"\boxed{(x+y+z+w+1)^{12}}"]
+    with GradingPool(workers=2, timeout_s=1) as p:
+        assert p.grade(golds, responses) == ["timeout", "timeout"]
+        assert p.stats["verify_timeouts"] == 2
+        assert p.regrade(golds + golds[:1], responses + responses[:1], timeout_s=30) == ["correct", "wrong", "correct"]
+        assert (p.stats["regraded"], p.stats["regrade_timeouts"], p.stats["regrade_changed"]) == (2, 0, 2)
+        assert p.timeout_s == 1
+        assert p.grade(golds, responses) == ["correct", "wrong"]

@@ -53,6 +53,9 @@ from curate.difficulty.grading import GRADER_VERSION, OUTCOMES, GradingPool, cut
 
 log = logging.getLogger(__name__)
 STAGE = "estimate"
+# A sample whose grading timed out is graded again at the end of the stage, alone, with this many times the
+# first pass's math-verify timeout (30 s at the default 5 s): a verdict should depend on the pair, not on the load.
+REGRADE_FACTOR = 6
 # Bump when what a scored row means changes (2: pass_rate = n_correct / k, timeouts and crashes count as failures).
 # Part of the stage's identity and of every store key, so no run resumes or copies rows scored under another rule.
 SCORING_RULE = 2
@@ -582,6 +585,7 @@ class Estimator:
         """Take messages in batches: register chunks, grade every completion of the batch in one pool call,
         score rows, and write each chunk as soon as its last row is in."""
         chunks: dict[int, _Chunk] = {}
+        parked: list[tuple] = []  # (chunk, row, completions, outcomes, rounds, stop reason, bucket masses)
         try:
             with GradingPool(self.cfg.grader_workers, timeout_s=self.cfg.grader_timeout_s) as pool:
                 finished = False
@@ -605,16 +609,19 @@ class Estimator:
                             done = self._next_round(ch, m.row, m.completions, outs)
                             if done is None:
                                 continue
-                            comps, outs_all, rounds, reason, probs = done
-                            row = self._score(ch, m.row, comps, outs_all, rounds, reason, probs)
                         else:
-                            row = self._score(ch, m.row, m.completions, outs)
-                        row.update(_consensus(pool, row["answers"], row["outcomes"]))
-                        self._record(ch, m.row, row, hist, bar)
+                            done = (m.completions, outs, None, None, None)
+                        if "timeout" in done[1]:  # graded again at the end of the stage, alone; its chunk waits
+                            parked.append((ch, m.row, *done))
+                            continue
+                        self._score_and_record(pool, ch, m.row, done, hist, bar)
+                    if finished and parked:
+                        self._regrade(pool, parked, hist, bar)
+                        parked = []
                     for m in batch:
                         if isinstance(m, _Stored):
                             chunks[m.chunk].from_store.add(m.row)
-                            row = {k: m.scores.get(k) for k in DIFFICULTY_COLUMNS}
+                            row: dict = {k: m.scores.get(k) for k in DIFFICULTY_COLUMNS}
                             if row.get("answers") is not None and row.get("outcomes") is not None:
                                 row.update(_consensus(pool, row["answers"], row["outcomes"]))  # today's rule
                             self._record(chunks[m.chunk], m.row, row, hist, bar)
@@ -628,6 +635,26 @@ class Estimator:
                     q.get_nowait()
                 except queue.Empty:
                     break
+
+    def _score_and_record(self, pool: GradingPool, ch: _Chunk, i: int, done: tuple, hist: _Histogram, bar) -> None:
+        row = self._score(ch, i, *done)
+        row.update(_consensus(pool, row["answers"], row["outcomes"]))
+        self._record(ch, i, row, hist, bar)
+
+    def _regrade(self, pool: GradingPool, parked: list[tuple], hist: _Histogram, bar) -> None:
+        """The second grading pass: every sample that timed out is graded again, one at a time, with
+        math-verify's timeout ``REGRADE_FACTOR`` times the first pass's; then its row is scored. A sample that
+        times out again stays ``timeout`` (a failure, under its own label). The pool's stats count both passes."""
+        pairs = [(pi, j) for pi, p in enumerate(parked) for j, o in enumerate(p[3]) if o == "timeout"]
+        golds = [parked[pi][0].table["answer"][parked[pi][1]].as_py() for pi, _ in pairs]
+        texts = [parked[pi][2][j].text for pi, j in pairs]
+        t0 = time.perf_counter()
+        for (pi, j), o in zip(pairs, pool.regrade(golds, texts, REGRADE_FACTOR * self.cfg.grader_timeout_s),
+                              strict=True):
+            parked[pi][3][j] = o
+        self.stats["grade_seconds"] += time.perf_counter() - t0
+        for ch, i, *done in parked:
+            self._score_and_record(pool, ch, i, tuple(done), hist, bar)
 
     def _grade(self, pool: GradingPool, chunks: dict[int, _Chunk], gens: list[_Generated]) -> list[list[str]]:
         """Outcomes of every completion of ``gens``, in one pool call; cut-off unanswered ones are ``no_answer``."""

@@ -24,7 +24,7 @@ from importlib.metadata import PackageNotFoundError, version
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
-_GRADING_RULE = 3  # bump when extraction or verdict rules change: it is part of every store key and run identity
+_GRADING_RULE = 4  # bump when extraction or verdict rules change: it is part of every store key and run identity
 
 
 def _dist_version(name: str) -> str:
@@ -52,9 +52,21 @@ MAX_FALLBACK_CHARS = 4000  # an unboxed response is searched for an anchored ans
 # Outcomes of grading one sample. Only "correct" counts; every other outcome is a failure when pass rates
 # and rewards are computed (as verl and Open-R1 score a timeout or a verify exception 0), but keeps its label.
 OUTCOMES = ("correct", "wrong", "no_answer", "timeout", "crash", "error")
-# How the prediction was found: "boxed" and "answer_tag" are explicit answers; "anchored" is an unboxed
-# response, where only an answer after an anchor ("final answer is $...$", "Answer: ...") counts.
-EXPLICIT = ("boxed", "answer_tag")
+# How the prediction was found: "boxed" (the final box, or the boxes that together form it), "final_anchor"
+# (an explicit "final answer is $...$" after the last box) and "answer_tag" are explicit answers; "anchored" is an
+# unboxed response, where only an answer after an anchor ("final answer is $...$", "Answer: ...") counts.
+EXPLICIT = ("boxed", "final_anchor", "answer_tag")
+# What may stand between two boxes that together form one answer (``\boxed{1}, \boxed{2}``,
+# ``\boxed{(2,2)} \quad \text{and} \quad \boxed{(6,2)}``, ``y_1 = \boxed{..} \) and \( y_2 = \boxed{..}``):
+# layout (math delimiters, spacing, ``\text{}``) is dropped, and what is left must be separators ("and", "or",
+# ",", ";") with at most part labels ("for part (a)") and variable labels (``y_2 =``), at least one separator.
+_JOIN_LAYOUT = re.compile(r"\\(?:quad|qquad|[,;:! ]|text(?:rm|bf)?|mathrm|mbox)|\\[\[\]()]|~|\$|[{}]")
+_JOIN_TOKEN = re.compile(r"\s*(?:(?P<sep>and|or|,|;)|(?:for\s+)?part\s*\(?[a-z0-9]\)?|\([a-z0-9]\)|"
+                         r"[a-z](?:_\w{1,3})?\s*=)\s*", re.I)
+_JOIN_MAX_CHARS = 80
+# An explicit final answer after the last box ("= \boxed{255}$ ... The final answer is $10,455$."): it wins.
+_FINAL_ANCHOR = re.compile(r"(?i)\bfinal\s+answer\b[^$\\\n]{0,40}?(?:\$\$?([^$]{1,300}?)\$\$?|\\\((.{1,300}?)\\\)|"
+                           r"\\\[(.{1,300}?)\\\]|(?<![\w.])([-+]?\d[\d,]*(?:\.\d+)?)(?![\w]))", re.S)
 
 
 def strip_bold(text: str) -> str:
@@ -62,10 +74,58 @@ def strip_bold(text: str) -> str:
     return _BOLD.sub(r"\1", text) if "**" in text else text
 
 
+def _joins(between: str) -> bool:
+    """Whether the text between two boxes makes them one answer (see ``_JOIN_TOKEN``)."""
+    if len(between) > _JOIN_MAX_CHARS:
+        return False
+    rest, seps = _JOIN_LAYOUT.sub(" ", between).strip(), 0
+    pos = 0
+    while pos < len(rest):
+        m = _JOIN_TOKEN.match(rest, pos)
+        if not m or m.end() == pos:
+            return False
+        seps += m.group("sep") is not None
+        pos = m.end()
+    return seps > 0
+
+
+def final_span(text: str) -> tuple[list[str], str | None]:
+    """The final answer of a response: ``(boxes, anchored)``.
+
+    ``boxes`` are the contents of the last box and of the boxes before it that together form one answer
+    (``\\boxed{1}, \\boxed{2}`` for "find all solutions"; see ``_joins``), in order, repeats dropped; empty when
+    the response has no complete box. ``anchored`` is the answer of an explicit "final answer is $...$" (or a
+    bare number) written after the last box, which wins over the boxes; else None.
+    """
+    from curate.sources.answers import box_spans
+
+    if "boxed" not in text and "fbox" not in text:
+        return [], None
+    spans = box_spans(text)
+    if not spans:
+        return [], None
+    i = len(spans) - 1
+    while i > 0 and _joins(text[spans[i - 1][1] : spans[i][0]]):
+        i -= 1
+    boxes: list[str] = []
+    for _, _, c in spans[i:]:
+        if not boxes or boxes[-1] != c:
+            boxes.append(c)
+    anchored = None
+    tail = text[spans[-1][1] :][-MAX_FALLBACK_CHARS:]
+    if "answer" in tail.lower():
+        hits = list(_FINAL_ANCHOR.finditer(tail))
+        if hits:
+            anchored = next((g for g in hits[-1].groups() if g), "").strip() or None
+    return boxes, anchored
+
+
 def extract_prediction(text: str) -> tuple[str, str]:
     """``(what math-verify parses, how it was found)`` for a model response: the anchored rule.
 
-    1. the last complete ``\\boxed{}`` (passed on as ``\\boxed{X}``, so math-verify's own boxed rules apply);
+    1. the final answer span (``final_span``): an explicit "final answer is $X$" after the last box (passed as
+       ``$X$``), else the last complete ``\\boxed{}`` together with the boxes before it that form one answer with it
+       (passed on as ``\\boxed{X}`` or ``\\boxed{X}, \\boxed{Y}``, so math-verify's own boxed rules apply);
     2. else the last non-empty ``<answer>...</answer>`` of the R1 template: its text is the answer
        (``12.``, ``$\\frac{1}{2}$ cups`` and ``The answer is 5`` are answers; wrapping them in a box is not),
        put between ``$...$`` when it has no math delimiters of its own so that bare LaTeX parses;
@@ -75,12 +135,12 @@ def extract_prediction(text: str) -> tuple[str, str]:
 
     Markdown bold around text is removed first; ``**`` between operands (``2**10``) is left alone.
     """
-    from curate.sources.answers import last_boxed
-
     text = strip_bold(text)
-    box = last_boxed(text)
-    if box is not None:
-        return f"\\boxed{{{box}}}", "boxed"
+    boxes, anchored = final_span(text)
+    if anchored is not None:
+        return f"${anchored}$", "final_anchor"
+    if boxes:
+        return ", ".join(f"\\boxed{{{b}}}" for b in boxes), "boxed"
     tags = _ANSWER_TAG.findall(text)
     if tags and tags[-1].strip():
         tag = tags[-1].strip()
@@ -93,14 +153,14 @@ def extract_prediction(text: str) -> tuple[str, str]:
 
 
 def final_answer(text: str) -> str | None:
-    """The answer a response states explicitly (its last box, else its last ``<answer>`` tag), or None: what the
-    samples of a problem are compared on when looking for a consensus against the gold."""
-    from curate.sources.answers import last_boxed
-
+    """The answer a response states explicitly (its final answer span, else its last ``<answer>`` tag), or None:
+    what the samples of a problem are compared on when looking for a consensus against the gold."""
     text = strip_bold(text)
-    box = last_boxed(text)
-    if box is not None:
-        return box.strip() or None
+    boxes, anchored = final_span(text)
+    if anchored is not None:
+        return anchored
+    if boxes:
+        return ", ".join(boxes).strip() or None
     tags = _ANSWER_TAG.findall(text)
     return tags[-1].strip() or None if tags else None
 
@@ -158,8 +218,10 @@ def _anchored_config() -> list:
 def _worker_verify(item: tuple, timeout_s: int) -> ParseResult:
     """Grade one (gold, prediction[, how]) item: gold parsed once per worker and passed first to ``verify``.
 
-    ``verify`` runs with ``raise_on_error=False``: one comparison that times out or fails counts as not
-    equal and the other candidate pairs are still compared (an ordinary wrong answer stays "wrong").
+    Every (gold candidate, prediction candidate) pair is compared on its own, as ``verify`` does: one that
+    matches makes the item ``correct``; one that fails with an error counts as not equal (``verify``'s own
+    ``raise_on_error=False`` rule). One that times out makes the item ``timeout`` unless another pair matched:
+    a verdict that depends on the machine's speed is never recorded as ``wrong``.
     """
     from math_verify import parse, verify
     from math_verify.errors import TimeoutException
@@ -182,12 +244,21 @@ def _worker_verify(item: tuple, timeout_s: int) -> ParseResult:
             p = parse(pred, parsing_timeout=timeout_s, raise_on_error=True)
         if not p:
             return ParseResult(False, "no_answer")
-        ok = verify(g, p, timeout_seconds=timeout_s, raise_on_error=False)
+        timed_out = False
+        for gi in g:
+            for pj in p:
+                try:
+                    if verify(gi, pj, timeout_seconds=timeout_s, raise_on_error=True):
+                        return ParseResult(True, "correct")
+                except TimeoutException:
+                    timed_out = True
+                except Exception:  # noqa: BLE001 - a comparison that fails is "not equal", as in verify
+                    continue
     except TimeoutException:
         return ParseResult(None, "timeout")
     except Exception as e:  # noqa: BLE001 - a parser/sympy error on untrusted text is recorded, never raised
         return ParseResult(None, f"error:{type(e).__name__}")
-    return ParseResult(bool(ok), "correct" if ok else "wrong")
+    return ParseResult(None, "timeout") if timed_out else ParseResult(False, "wrong")
 
 
 def _worker_same(item: tuple, timeout_s: int) -> ParseResult:
@@ -223,7 +294,7 @@ def _worker_main(conn: Connection, mem_bytes: int | None) -> None:
 
     from math_verify import parse, verify
 
-    logging.getLogger("math_verify").setLevel(logging.ERROR)  # a comparison timeout is a "not equal" verdict, not a message
+    logging.getLogger("math_verify").setLevel(logging.ERROR)  # a timeout is an outcome here, not a log line
     verify(parse("$4$"), parse("\\boxed{4}"))  # warm up (imports and caches) before any deadline is running
     conn.send("ready")
     while True:
@@ -311,7 +382,8 @@ class GradingPool:
         self._verify_memo: dict[tuple[str, str, str], str] = {}
         self._same_memo: dict[tuple[str, str], bool | None] = {}
         self.stats = {"calls": 0, "memo_hits": 0, "fast_path": 0, "timeouts": 0, "crashes": 0, "verify_calls": 0,
-                      "verify_memo_hits": 0, "verify_fast_path": 0, "verify_sent": 0}
+                      "verify_memo_hits": 0, "verify_fast_path": 0, "verify_sent": 0, "verify_timeouts": 0,
+                      "regraded": 0, "regrade_timeouts": 0, "regrade_changed": 0}
 
     def __enter__(self) -> GradingPool:
         return self
@@ -506,7 +578,7 @@ class GradingPool:
                 self.stats["verify_memo_hits"] += 1
                 continue
             if how in EXPLICIT and _PLAIN_INT.match(g):
-                inner = pred[7:-1].strip() if how == "boxed" else pred  # \boxed{...}
+                inner = pred[7:-1].strip() if how == "boxed" else pred.strip("$")  # \boxed{...}, $...$
                 if _PLAIN_INT.match(inner):
                     self._verify_memo[key] = "correct" if int(inner) == int(g) else "wrong"
                     self.stats["verify_fast_path"] += 1
@@ -517,7 +589,36 @@ class GradingPool:
             self.stats["verify_sent"] += len(items)
             for key, res in zip(items, self._run("verify", items), strict=True):
                 outcome = res.reason if res.reason in OUTCOMES else "error"
+                self.stats["verify_timeouts"] += outcome == "timeout"
                 self._verify_memo[key] = outcome
             if len(self._verify_memo) > 1_000_000:
                 self._verify_memo.clear()
         return [self._verify_memo[k] for k in keys]
+
+    def regrade(self, golds: list[str], responses: list[str], timeout_s: int) -> list[str]:
+        """Grade pairs again one at a time, with math-verify's timeout raised to ``timeout_s`` (the hard deadline
+        scales with it): the second pass over pairs that timed out under load. Each pair is alone on one worker,
+        so its verdict depends on its own cost, not on what else the machine is doing. What it finds replaces
+        the first verdict in the memo; the pool's stats count the pairs, those still timed out, those changed."""
+        before, self.timeout_s = self.timeout_s, timeout_s
+        out = []
+        seen: dict[tuple[str, str, str], str] = {}
+        try:
+            for g, r in zip(golds, responses, strict=True):
+                pred, how = extract_prediction(r)
+                key = (g, pred, how)
+                if key in seen:
+                    out.append(seen[key])
+                    continue
+                first = self._verify_memo.get(key)
+                res = self._run("verify", [key])[0]
+                outcome = res.reason if res.reason in OUTCOMES else "error"
+                self._verify_memo[key] = outcome
+                self.stats["regraded"] += 1
+                self.stats["regrade_timeouts"] += outcome == "timeout"
+                self.stats["regrade_changed"] += first is not None and outcome != first
+                seen[key] = outcome
+                out.append(outcome)
+        finally:
+            self.timeout_s = before
+        return out

@@ -10,6 +10,7 @@ presentation, not content (surrounding ``$``, ``\\[...\\]``, ``\\(...\\)``, ``\\
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -37,21 +38,30 @@ def _match_brace(s: str, open_idx: int) -> int | None:
     return None
 
 
-def boxed_all(text: str) -> list[str]:
-    """Contents of every complete box in ``text``, in order. Unbalanced boxes are skipped."""
-    out = []
+def _boxes(text: str) -> Iterator[tuple[int, int, str]]:
+    """``(start, end, content)`` of every complete box in ``text``, in order: ``\\boxed{...}`` with brace
+    matching (``end`` is past its ``}``), and ``\\boxed 5`` (the token after the space, up to whitespace or ``$``).
+    Unbalanced boxes are skipped."""
     for m in _BOX_RE.finditer(text):
         j = m.end()
         if j < len(text) and text[j] == "{":
             k = _match_brace(text, j)
             if k is not None:
-                out.append(text[j + 1 : k].strip())
+                yield m.start(), k + 1, text[j + 1 : k].strip()
         elif m.group(0).endswith(" ") or (j < len(text) and text[j] not in "{"):
-            # \boxed 5  -> the token after the space, up to whitespace or '$'
             tok = re.match(r"[^\s$]+", text[j:])
             if tok:
-                out.append(tok.group(0))
-    return out
+                yield m.start(), j + tok.end(), tok.group(0)
+
+
+def boxed_all(text: str) -> list[str]:
+    """Contents of every complete box in ``text``, in order. Unbalanced boxes are skipped."""
+    return [c for _, _, c in _boxes(text)]
+
+
+def box_spans(text: str) -> list[tuple[int, int, str]]:
+    """``(start, end, content)`` of every complete box in ``text``, in order (``end``: just past the box)."""
+    return list(_boxes(text))
 
 
 def last_boxed(text: str | None) -> str | None:
