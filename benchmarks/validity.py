@@ -72,7 +72,7 @@ def main() -> None:
         sampler.cfg = cfg.sampling  # one engine for the three runs; each run's seed
         t0 = time.perf_counter()
         m = estimate([src], tmp / name[0], cfg, sampler=sampler, progress=False)
-        t = read_table(tmp / name[0] / "kept", columns=["id", "level", "n_correct", "k", "pass_rate", "bucket_probs", "correct"])
+        t = read_table(tmp / name[0] / "kept", columns=["id", "level", "n_correct", "k", "pass_rate", "bucket_masses", "correct"])
         tables[name[0]] = {r["id"]: r for r in t.to_pylist()}
         ks = [r["k"] for r in tables[name[0]].values()]
         if seq.resample_ends:
@@ -94,7 +94,7 @@ def main() -> None:
         return observed_bucket(r["n_correct"], r["k"])
 
     def bucket_c(r):
-        p = r["bucket_probs"]
+        p = r["bucket_masses"]
         return BUCKETS[max(range(len(p)), key=p.__getitem__)]
 
     k = a.k

@@ -3,6 +3,7 @@ sampler (pure logic: rounds, seeds, resampling of the ends, resume); the real en
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -122,8 +123,8 @@ def test_adaptive_estimation_draws_in_rounds_until_decided(tmp_path, rates_input
     # always right: 4, 8, 12 right is not enough (0.892), 16 is (0.936): four rounds, decided solved
     a = rows["always"]
     assert (a["k"], a["n_correct"], a["rounds"], a["stop_reason"]) == (16, 16, 4, "decided")
-    assert max(a["bucket_probs"]) == a["bucket_probs"][4] and a["bucket_probs"][4] == pytest.approx(0.936, abs=1e-3)
-    assert rows["never"]["k"] == 16 and rows["never"]["bucket_probs"][0] == pytest.approx(0.936, abs=1e-3)
+    assert max(a["bucket_masses"]) == a["bucket_masses"][4] and a["bucket_masses"][4] == pytest.approx(0.936, abs=1e-3)
+    assert rows["never"]["k"] == 16 and rows["never"]["bucket_masses"][0] == pytest.approx(0.936, abs=1e-3)
     # every other sample right: 10 of 20 leaves medium short of 0.9; 12 of 24 puts it over (six rounds)
     alt = rows["alternate"]
     assert decide(10, 20, cfg.sequential).masses[2] < 0.9 <= decide(12, 24, cfg.sequential).masses[2]
@@ -150,7 +151,7 @@ def test_fixed_k_with_resampled_ends(tmp_path, rates_input):
     # 0 of 4, then sample 5 is right in the second round: rarely solved, not never solved
     once = rows["once"]
     assert (once["k"], once["n_correct"], once["stop_reason"], once["rounds"]) == (8, 1, "left_end", 2)
-    assert once["bucket_probs"] is None  # fixed k: no posterior recorded
+    assert once["bucket_masses"] is None  # fixed k: no posterior recorded
     seq = m.stats["sequential"]
     assert seq["ends"] == {"base_samples": 4, "none_correct_at_base": 2, "of_them_solved_later": 1,
                            "all_correct_at_base": 1, "of_them_failed_later": 0}
@@ -183,8 +184,83 @@ def test_a_killed_adaptive_run_resumes_to_the_same_rows(tmp_path, rates_input):
     m = estimate([rates_input], tmp_path / "est", cfg, sampler=again, progress=False)
     assert m.stats["this_run"]["chunks_already_done"] == len(parts) and m.rows_kept == full.rows_kept == 4
     assert len(again.rounds) == 20 - 8 * len(parts)  # a finished chunk is not sampled again
-    cols = ["id", "k", "correct", "rounds", "stop_reason", "bucket_probs"]
+    cols = ["id", "k", "correct", "rounds", "stop_reason", "bucket_masses"]
     a = read_table(tmp_path / "est" / "kept", columns=cols).sort_by("id").to_pylist()
     b = read_table(tmp_path / "full" / "kept", columns=cols).sort_by("id").to_pylist()
     assert a == b
 
+
+
+def test_grid_posterior_under_the_jeffreys_grid_is_the_jeffreys_posterior():
+    from curate.difficulty.adaptive import grid_masses, jeffreys_on_grid
+
+    prior = jeffreys_on_grid()
+    assert prior.sum() == pytest.approx(1.0)
+    for c, n in ((0, 4), (2, 4), (4, 4), (3, 10), (0, 12)):
+        assert grid_masses(c, n, prior) == pytest.approx(masses(c, n), abs=0.01)
+
+
+def test_fitted_prior_and_calibration_error_by_hand():
+    from curate.difficulty.adaptive import calibration_error, fit_prior, grid_masses
+
+    # 500 problems never solved in 10 and 500 always solved: EM puts the fitted mass (0.9 of the prior) below 0.1 and
+    # above 0.9 in halves; the Jeffreys tenth adds (2/pi) asin(sqrt(0.1)) = 0.205 of itself to each end
+    w = fit_prior([0] * 500 + [10] * 500, [10] * 1000)
+    ends = grid_masses(0, 0, w)  # no samples yet: the prior's own bucket masses
+    assert ends[0] == pytest.approx(0.45 + 0.1 * 0.2048, abs=0.01) and ends[4] == pytest.approx(ends[0], abs=1e-6)
+    # with that prior, 0 of 4 is decided at once (0.99 unsolved); under Jeffreys it is 0.66, short of 1 - delta = 0.9
+    cfg = AdaptiveConfig(adaptive=True, delta=0.1)
+    assert decide(0, 4, cfg, w).stop and decide(0, 4, cfg, w).bucket == "unsolved"
+    assert not decide(0, 4, cfg).stop
+    # two problems given 0.95 (one right): |0.5 - 0.95| = 0.45; two given 0.55, both right: |1 - 0.55| = 0.45
+    assert calibration_error([0.95, 0.95, 0.55, 0.55], [1, 0, 1, 1]) == pytest.approx(0.45)
+    assert calibration_error([0.8] * 5, [1, 1, 1, 1, 0]) == pytest.approx(0.0)
+
+
+def test_adaptive_estimation_with_the_store_prior(tmp_path):
+    # A fixed k=4 run scores 240 problems into the store: half never right, half always. An adaptive run with
+    # prior = store then fits its prior on those rows (its own problem "Problem never0" excluded: out of sample) and,
+    # under it, 0 of 4 is decided unsolved at once (posterior 0.98), where Jeffreys (0.66 < 0.9) draws 12 more.
+    import json
+
+    import numpy as np
+
+    from curate.difficulty.adaptive import fit_prior, grid_masses
+
+    store = tmp_path / "store"
+    src = tmp_path / "seen.jsonl"
+    src.write_text("".join(f'{{"problem": "Problem {"never" if i % 2 == 0 else "always"}{i}: compute {i}", '
+                           f'"answer": "{i}"}}\n' for i in range(240)))
+    ingest(str(src), tmp_path / "seen", adapter="generic")
+    rule = lambda r: [f"\\boxed{{{r.prompt.split()[-1]}}}" if "always" in r.prompt else "\\boxed{-1}"  # noqa: E731
+                      for _ in range(r.n or 4)]
+    fixed_cfg = dataclasses.replace(_cfg(tmp_path, AdaptiveConfig()), store=str(store))
+    estimate([tmp_path / "seen"], tmp_path / "fixed", fixed_cfg, sampler=ScriptedSampler(fixed_cfg.sampling, rule),
+             progress=False)
+    new = tmp_path / "new.jsonl"
+    new.write_text('{"problem": "Problem never0: compute 0", "answer": "0"}\n'
+                   '{"problem": "Problem never1000: compute 1000", "answer": "1000"}\n')
+    ingest(str(new), tmp_path / "new", adapter="generic")
+    for prior, want_k in (("store", 4), ("jeffreys", 16)):
+        seq = AdaptiveConfig(adaptive=True, delta=0.1, k_max=16, k_step=4, prior=prior)
+        cfg = dataclasses.replace(_cfg(tmp_path, seq), store=str(store))
+        m = estimate([tmp_path / "new"], tmp_path / f"est_{prior}", cfg, sampler=ScriptedSampler(cfg.sampling, rule),
+                     progress=False)
+        rows = read_table(tmp_path / f"est_{prior}" / "kept").to_pylist()
+        assert [(r["k"], r["stop_reason"]) for r in rows] == [(want_k, "decided")] * 2
+        if prior == "store":
+            rec = json.loads((tmp_path / f"est_{prior}" / "prior.json").read_text())
+            assert rec["kind"] == "store" and rec["rows"] == 239 and len(rec["folders"]) == 1
+            want = fit_prior([0] * 119 + [4] * 120, [4] * 239)
+            assert np.allclose(rec["weights"], want)
+            assert rows[0]["bucket_masses"][0] == pytest.approx(grid_masses(0, 4, want)[0], abs=1e-6)
+            assert 0.9 < rows[0]["bucket_masses"][0] < 0.99
+            assert m.stats["sequential"]["prior"]["rows"] == 239 and "weights" not in m.stats["sequential"]["prior"]
+        else:
+            assert m.stats["sequential"]["prior"] == {"kind": "jeffreys"}
+    # the prior is the folder's: a resumed run reads it back, a forced one fits it again (and a rerun is not refused)
+    seq = AdaptiveConfig(adaptive=True, delta=0.1, k_max=16, k_step=4, prior="store")
+    cfg = dataclasses.replace(_cfg(tmp_path, seq), store=str(store))
+    again = estimate([tmp_path / "new"], tmp_path / "est_store", cfg, sampler=ScriptedSampler(cfg.sampling, rule),
+                     progress=False, force=True)
+    assert again.stats["sequential"]["prior"]["kind"] == "store"

@@ -90,6 +90,6 @@ def test_fixed_and_adaptive_estimation_through_a_real_vllm_server(vllm_server, t
                         progress=False)
     rows = read_table(tmp_path / "c" / "kept").to_pylist()
     assert adaptive.rows_kept == 12 and all(r["k"] in (4, 6, 8, 10, 12) for r in rows)
-    assert all(r["stop_reason"] in ("decided", "k_max") and len(r["bucket_probs"]) == 5 for r in rows)
+    assert all(r["stop_reason"] in ("decided", "k_max") and len(r["bucket_masses"]) == 5 for r in rows)
     assert sum(r["k"] for r in rows) == adaptive.stats["this_run"]["samples"]
     print(f"adaptive through the server: {adaptive.stats['sequential']}")

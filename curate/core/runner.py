@@ -147,7 +147,8 @@ MARKER = ".gradus-stage.json"  # written before any data: this folder is a gradu
 _CARD = {"README.md", "card.json", "plots"}  # a data card of the output (data_cards), rebuilt with it
 _OWN = {
     "shards": {MANIFEST, MARKER, "kept", "rejected", "work", *_CARD},  # work: dedup's on-disk files, until done
-    "parts": {MANIFEST, MARKER, "kept", "rejected", "responses", "run.json", *_CARD},  # run.json: gradus 0.1's marker
+    # run.json: gradus 0.1's marker; prior.json (and its lock): an adaptive run's fitted prior, kept when resuming
+    "parts": {MANIFEST, MARKER, "kept", "rejected", "responses", "run.json", "prior.json", ".prior.lock", *_CARD},
     "folder": {MANIFEST, MARKER, "data", "selection_report.json", *_CARD},
 }
 

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 3  # 2: Wilson bounds, per-sample outcomes/lengths/truncation, prompt tokens; 3: sequential sampling, answers
+SCHEMA_VERSION = 4  # 2: Wilson bounds, per-sample outcomes/lengths/truncation, prompt tokens; 3: sequential sampling, answers;
+# 4: bucket_probs renamed bucket_masses (Jeffreys posterior masses, not calibrated probabilities)
 
 # Answer types the extractor assigns (curate.sources.answers.answer_type).
 ANSWER_TYPES = ("integer", "number", "fraction", "expression", "interval", "set", "tuple", "equation", "text")
@@ -73,8 +74,8 @@ _FIELDS: list[tuple[str, pa.DataType, bool, str]] = [
     ("grader_version", pa.string(), True, "grader identity (math-verify, sympy, latex2sympy versions + gradus rule version)"),
     ("rounds", pa.int32(), True, "sequential sampling: rounds drawn (null: fixed k)"),
     ("stop_reason", pa.string(), True, "sequential sampling: decided | k_max | k | left_end (null: fixed k)"),
-    ("bucket_probs", pa.list_(pa.float32()), True, "adaptive: posterior mass of unsolved, hard, medium, easy, solved"),
-    ("answers", pa.list_(pa.string()), True, "per-sample final answer (boxed or <answer> tag; null: none given)"),
+    ("bucket_masses", pa.list_(pa.float32()), True, "adaptive: posterior mass of unsolved .. solved (Jeffreys: not calibrated)"),
+    ("answers", pa.list_(pa.string()), True, "per-sample final answer (final answer span or <answer> tag; null: none given)"),
     ("suspect_gold", pa.bool_(), True, "a clear majority of samples agree on one answer other than the gold"),
     ("consensus_answer", pa.string(), True, "suspect_gold: the answer the majority gave"),
     ("consensus_count", pa.int32(), True, "suspect_gold: how many samples gave it"),
@@ -143,7 +144,7 @@ class Record:
     grader_version: str | None = None
     rounds: int | None = None
     stop_reason: str | None = None
-    bucket_probs: list[float] | None = None
+    bucket_masses: list[float] | None = None
     answers: list[str | None] | None = None
     suspect_gold: bool | None = None
     consensus_answer: str | None = None

@@ -31,6 +31,8 @@ from curate.core.config import ConfigError
 BUCKETS = ("unsolved", "hard", "medium", "easy", "solved")
 PRIOR = (0.5, 0.5)  # Jeffreys
 EDGES = (0.1, 1 / 3, 2 / 3, 0.9)  # latent pass-rate edges between BUCKETS (our choice; k=10 counts map onto them)
+PRIORS = ("jeffreys", "store")
+MIN_PRIOR_ROWS = 200  # store rows a fitted prior needs (our choice: at 200 the fitted bucket masses move < 0.03)
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,10 @@ class AdaptiveConfig:
     delta: float = 0.4  # adaptive: stop when one bucket holds >= 1 - delta of the posterior (simulated, README)
     edges: tuple[float, ...] = field(default=EDGES)  # latent pass-rate edges between the buckets
     resample_ends: bool = False  # a problem with 0 (or all) correct after its budget gets more, up to k_max
+    # adaptive: the pass rate's prior. jeffreys: Beta(1/2, 1/2). store: an empirical-Bayes prior fitted on the
+    # difficulty store's rows of other problems scored by the same model and settings (Jeffreys when
+    # the store holds fewer than 200 of them), which calibrates the posterior (benchmarks/adaptive.py)
+    prior: str = "jeffreys"
 
     def __post_init__(self) -> None:
         if self.k_first < 1 or self.k_step < 1:
@@ -50,6 +56,8 @@ class AdaptiveConfig:
             raise ConfigError(f"sequential: k_max ({self.k_max}) must be >= k_first ({self.k_first})")
         if not 0 < self.delta < 1:
             raise ConfigError(f"sequential: delta must be in (0, 1), got {self.delta}")
+        if self.prior not in PRIORS:
+            raise ConfigError(f"sequential: prior must be one of {', '.join(PRIORS)}, not {self.prior!r}")
         e = tuple(self.edges)
         if len(e) != len(BUCKETS) - 1 or any(not 0 < x < 1 for x in e) or list(e) != sorted(set(e)):
             raise ConfigError(f"sequential: edges must be {len(BUCKETS) - 1} increasing rates in (0, 1), got {e}")
@@ -98,9 +106,10 @@ class Decision:
     more: int  # samples of the next round when not stopping
 
 
-def decide(correct: int, n: int, cfg: AdaptiveConfig) -> Decision:
-    """After ``correct`` of ``n`` samples: stop, or how many more to draw (never past ``k_max``)."""
-    m = masses(correct, n, cfg.edges)
+def decide(correct: int, n: int, cfg: AdaptiveConfig, prior=None) -> Decision:
+    """After ``correct`` of ``n`` samples: stop, or how many more to draw (never past ``k_max``). ``prior``: a fitted
+    prior on the grid (``fit_prior``) instead of Jeffreys."""
+    m = masses(correct, n, cfg.edges) if prior is None else grid_masses(correct, n, prior, cfg.edges)
     best = max(range(len(m)), key=m.__getitem__)
     if m[best] >= 1 - cfg.delta:
         return Decision(True, "decided", BUCKETS[best], tuple(m), 0)
@@ -117,7 +126,7 @@ def resample_more(correct: int, n: int, cfg: AdaptiveConfig) -> int:
     return min(cfg.k_step, cfg.k_max - n)
 
 
-def next_round(correct: int, n: int, base_k: int, cfg: AdaptiveConfig) -> tuple[int, str, Decision | None]:
+def next_round(correct: int, n: int, base_k: int, cfg: AdaptiveConfig, prior=None) -> tuple[int, str, Decision | None]:
     """After ``correct`` of ``n`` samples: (more samples to draw, stopping reason, the adaptive decision).
 
     Fixed k (``base_k`` samples, then ``resample_ends``): reasons ``k``, ``left_end`` (a resampled problem showed
@@ -125,7 +134,7 @@ def next_round(correct: int, n: int, base_k: int, cfg: AdaptiveConfig) -> tuple[
     above for a problem decided unsolved or solved with no sample off its end."""
     dec = None
     if cfg.adaptive:
-        dec = decide(correct, n, cfg)
+        dec = decide(correct, n, cfg, prior)
         if not dec.stop:
             return dec.more, "", dec
         base_reason = dec.reason
@@ -139,3 +148,98 @@ def next_round(correct: int, n: int, base_k: int, cfg: AdaptiveConfig) -> tuple[
     if cfg.resample_ends and n > (cfg.k_first if cfg.adaptive else base_k) and base_reason != "k_max":
         base_reason = "k_max" if (correct == 0 or correct == n) else "left_end"
     return 0, base_reason, dec
+
+
+# ---- priors from what is known, and calibration (pure numpy) ---------------------------------------------
+GRID_POINTS = 401  # pass rates 0, 1/400, ..., 1: fine enough that every bucket edge falls between two points
+
+
+def grid(points: int = GRID_POINTS):
+    import numpy as np
+
+    return np.linspace(0.0, 1.0, points)
+
+
+def jeffreys_on_grid(points: int = GRID_POINTS):
+    """The Jeffreys prior's mass on each grid cell (cells centred on the points; the end points get their half cell)."""
+    import numpy as np
+
+    g = grid(points)
+    cuts = np.r_[0.0, (g[1:] + g[:-1]) / 2, 1.0]
+    cdf = (2 / np.pi) * np.arcsin(np.sqrt(cuts))  # Beta(1/2, 1/2)
+    return np.diff(cdf)
+
+
+def _log_lik(correct, n, g):
+    """log p^c (1-p)^(n-c) on the grid ``g`` for each (c, n) pair (rows), with 0 log 0 = 0."""
+    import numpy as np
+
+    c, m = np.asarray(correct, float)[:, None], np.asarray(n, float)[:, None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        a = np.where(c > 0, c * np.log(g[None, :]), 0.0)
+        b = np.where(m - c > 0, (m - c) * np.log1p(-g[None, :]), 0.0)
+    return a + b
+
+
+def fit_prior(correct, n, points: int = GRID_POINTS, iters: int = 100, smooth: float = 0.1):
+    """An empirical-Bayes prior of the pass rate: the nonparametric maximum-likelihood mixing distribution on a grid
+    (EM, Laird 1978) of the binomial counts ``correct`` of ``n``, mixed with ``smooth`` of the Jeffreys prior so that no
+    rate the data did not rule out gets zero mass. EM starts from the uniform grid and stops after ``iters`` steps:
+    run to convergence the NPMLE is a few point masses (four samples a problem identify four moments), whose
+    posteriors are overconfident; 100 steps keep it smooth (both settings chosen on the simulator's populations).
+    Fitted on other problems than those it is used on (the store's rows of other problems, or ``cross_fit_priors``),
+    it is what the population of a run looks like, point masses at 0 and 1 included."""
+    import numpy as np
+
+    g = grid(points)
+    pairs, weight = np.unique(np.stack([np.asarray(correct), np.asarray(n)], axis=1), axis=0, return_counts=True)
+    ll = _log_lik(pairs[:, 0], pairs[:, 1], g)
+    lik = np.exp(ll - ll.max(axis=1, keepdims=True))  # per (c, n), up to a constant that EM does not need
+    share = weight / weight.sum()
+    w = np.full(points, 1.0 / points)
+    for _ in range(iters):
+        post = lik * w[None, :]
+        post /= post.sum(axis=1, keepdims=True)
+        w = share @ post
+    return (1 - smooth) * w + smooth * jeffreys_on_grid(points)
+
+
+def cross_fit_priors(correct, n, folds: int = 2, seed: int = 0, **kw):
+    """One fitted prior per problem, each fitted on the problems of the other folds (never on the problem itself)."""
+    import numpy as np
+
+    c, m = np.asarray(correct), np.asarray(n)
+    fold = np.random.default_rng(seed).integers(0, folds, len(c))
+    priors = {f: fit_prior(c[fold != f], m[fold != f], **kw) for f in range(folds)}
+    return fold, priors
+
+
+def grid_masses(correct: int, n: int, prior, edges: tuple[float, ...] = EDGES) -> list[float]:
+    """Posterior mass of each bucket after ``correct`` of ``n`` under a prior on the grid (``fit_prior``); a grid point
+    belongs to the bucket of the true-rate cut (``p < e0``, then ``p <= e1``, ``e2``, ``e3``, above)."""
+    import numpy as np
+
+    w = np.asarray(prior, float)
+    g = grid(len(w))
+    ll = _log_lik([correct], [n], g)[0]
+    with np.errstate(divide="ignore"):
+        lp = ll + np.log(w)
+    post = np.exp(lp - lp.max())
+    post /= post.sum()
+    idx = np.select([g < edges[0], g <= edges[1], g <= edges[2], g <= edges[3]], [0, 1, 2, 3], default=len(BUCKETS) - 1)
+    return np.bincount(idx, weights=post, minlength=len(BUCKETS)).tolist()
+
+
+def calibration_error(confidence, hit, bins: int = 10) -> float:
+    """Expected calibration error: the mean over equal-width confidence bins of |share right - mean confidence|,
+    weighted by the bin's share of the problems (top-label: the bucket given and the mass it was given)."""
+    import numpy as np
+
+    conf, ok = np.asarray(confidence, float), np.asarray(hit, float)
+    b = np.minimum((conf * bins).astype(int), bins - 1)
+    err = 0.0
+    for k in range(bins):
+        sel = b == k
+        if sel.any():
+            err += sel.mean() * abs(ok[sel].mean() - conf[sel].mean())
+    return float(err)

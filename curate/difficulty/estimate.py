@@ -47,7 +47,7 @@ from curate.core.runner import Runner, StageError, input_entries, reject_table
 from curate.core.schema import SCHEMA, conform
 from curate.core.shards import file_sha256, shard_paths, stage_dir, write_json_atomic
 from curate.difficulty import templates
-from curate.difficulty.adaptive import AdaptiveConfig, next_round
+from curate.difficulty.adaptive import MIN_PRIOR_ROWS, AdaptiveConfig, fit_prior, grid_masses, next_round
 from curate.difficulty.engines import Completion, GenRequest, Sampler, SamplingConfig, make_sampler
 from curate.difficulty.grading import GRADER_VERSION, OUTCOMES, GradingPool, cut_off_unanswered, final_answer
 
@@ -70,7 +70,7 @@ RESPONSE_SCHEMA = pa.schema([
 DIFFICULTY_COLUMNS = ["model", "model_revision", "backend", "template", "k", "temperature", "top_p", "max_tokens", "seed",
                       "n_correct", "n_graded", "pass_rate", "correct", "pass_rate_low", "pass_rate_high", "outcomes",
                       "response_tokens", "truncated", "prompt_tokens", "grader_version", "rounds", "stop_reason",
-                      "bucket_probs", "answers", "suspect_gold", "consensus_answer", "consensus_count"]
+                      "bucket_masses", "answers", "suspect_gold", "consensus_answer", "consensus_count"]
 # suspect gold (our rule): no sample graded correct, and at least this many samples, and at least half of all, give
 # one answer that is not the gold
 CONSENSUS_MIN = 3
@@ -317,6 +317,7 @@ class _RunInfo:
     store_note: str | None = None
     sampler: dict | None = None
     grading: dict = field(default_factory=dict)
+    prior: dict | None = None  # adaptive with prior = store: what the prior was fitted on (``fit_store_prior``)
     gen_started: float = 0.0
     shares: int = 1  # engines the run was split across (``run_share``)
 
@@ -350,6 +351,7 @@ class Estimator:
         self.sampler: Sampler | None = None
         self.store: DifficultyStore | None = None
         self._next_rounds: queue.Queue = queue.Queue()  # sequential: later rounds, from the grader thread
+        self._prior: list[float] | None = None  # adaptive, prior = store: the fitted prior on the grid
         self._open = 0  # sequential: problems sent and not yet stopped
         self._lock = threading.Lock()
 
@@ -444,6 +446,7 @@ class Estimator:
             first = infos[0]
             self.info.param_key, self.info.store_note = first["param_key"], first["store_note"]
             self.info.sampler = first["sampler"]
+            self.info.prior = first.get("prior")
             grading: Counter = Counter()
             for i in infos:
                 grading.update({k: v for k, v in (i.get("grading") or {}).items() if isinstance(v, int | float)})
@@ -468,6 +471,8 @@ class Estimator:
         identity = store_identity(info.model or sampler.model_name, info.revision or "unresolved", cfg.template,
                                   template_fingerprint(cfg.template, sampler.tokenizer), s, cfg.grader_timeout_s,
                                   base_url=cfg.base_url if cfg.backend == "openai" else None, sequential=cfg.sequential)
+        if cfg.sequential.adaptive and cfg.sequential.prior == "store":
+            identity["prior"] = self._store_prior(identity, all_chunks)  # the fitted prior decides when rows stop
         info.param_key = param_key(identity)
         store = None
         info.store_note = "off (--no-store)" if not cfg.store else "on"
@@ -476,9 +481,8 @@ class Estimator:
             info.store_note = "off: the model revision is unresolved (pass --model-revision to use the store)"
             log.warning("difficulty store %s", info.store_note)
         elif cfg.store:
-            from curate.difficulty.models import cache_root
-
-            root = cache_root() / "difficulty_store" if cfg.store == "default" else Path(cfg.store)
+            root = self._store_root()
+            assert root is not None
             store = DifficultyStore(root, identity)
             store.load()
         self.store = store
@@ -509,6 +513,43 @@ class Estimator:
         if errors:
             raise errors[0]
         self.stats["generate_seconds"] = round(time.perf_counter() - info.gen_started, 3)
+
+    def _store_root(self) -> Path | None:
+        from curate.difficulty.models import cache_root
+
+        if not self.cfg.store:
+            return None
+        return cache_root() / "difficulty_store" if self.cfg.store == "default" else Path(self.cfg.store)
+
+    def _store_prior(self, identity: dict, chunks: list[pa.Table]) -> str | None:
+        """Fit (or, resuming, read back) the run's prior: ``OUT/prior.json``, written once under a lock, so every
+        share and every resumed run of this folder stops its problems under the same prior. Its hash goes into the
+        store key: rows stopped under one prior are never copied into a run under another."""
+        import fcntl
+
+        self.out.mkdir(parents=True, exist_ok=True)
+        path = self.out / "prior.json"
+        with open(self.out / ".prior.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if path.exists():
+                rec = json.loads(path.read_text())
+            else:
+                root = self._store_root()
+                own = {row_key(p, a) for t in chunks
+                       for p, a in zip(t["problem"].to_pylist(), t["answer"].to_pylist(), strict=True)}
+                if root is None:
+                    rec = {"kind": "jeffreys", "rows": 0, "note": "no difficulty store (--no-store): Jeffreys"}
+                elif identity.get("revision") == "unresolved":
+                    rec = {"kind": "jeffreys", "rows": 0,
+                           "note": "the model revision is unresolved, so no stored rows are known to be its: Jeffreys"}
+                else:
+                    rec = fit_store_prior(root, identity, own)
+                write_json_atomic(path, rec)
+        if rec.get("note"):
+            log.warning("adaptive prior: %s", rec["note"])
+        self._prior = rec.get("weights")
+        self.info.prior = {k: v for k, v in rec.items() if k != "weights"}
+        return rec.get("sha")
 
     def _requests(self, chunks: list[tuple[int, pa.Table]], q: queue.Queue, errors: list) -> Iterator[GenRequest | None]:
         cfg, s = self.cfg, self.cfg.sampling
@@ -684,7 +725,7 @@ class Estimator:
         prev_c, prev_o, rounds = ch.drawn.get(i, ([], [], 0))
         all_c, all_o, rounds = prev_c + comps, prev_o + outs, rounds + 1
         more, reason, dec = next_round(sum(o == "correct" for o in all_o), len(all_o), self.cfg.sampling.k,
-                                       self.cfg.sequential)
+                                       self.cfg.sequential, self._prior)
         if more:
             ch.drawn[i] = (all_c, all_o, rounds)
             self._next_rounds.put(dataclasses.replace(ch.requests[i], first=len(all_o), n=more))
@@ -695,7 +736,7 @@ class Estimator:
         return all_c, all_o, rounds, reason, list(dec.masses) if dec is not None else None
 
     def _score(self, ch: _Chunk, i: int, comps: list[Completion], outs: list[str], rounds: int | None = None,
-               stop_reason: str | None = None, bucket_probs: list[float] | None = None) -> dict:
+               stop_reason: str | None = None, bucket_masses: list[float] | None = None) -> dict:
         s = self.cfg.sampling
         correct = [o == "correct" for o in outs]
         n_graded = sum(o in ("correct", "wrong", "no_answer") for o in outs)  # definite verdicts
@@ -720,7 +761,7 @@ class Estimator:
             "pass_rate": n_correct / n, "correct": correct, "pass_rate_low": lo, "pass_rate_high": hi,
             "outcomes": outs, "response_tokens": [x.n_tokens for x in comps], "truncated": [x.truncated for x in comps],
             "prompt_tokens": ch.prompt_tokens.get(i), "grader_version": GRADER_VERSION,
-            "rounds": rounds, "stop_reason": stop_reason, "bucket_probs": bucket_probs,
+            "rounds": rounds, "stop_reason": stop_reason, "bucket_masses": bucket_masses,
             "answers": [final_answer(x.text) for x in comps],
         }
 
@@ -759,9 +800,11 @@ class Estimator:
         out: dict = {"settings": settings, "mean_samples": round(sum(ks) / len(ks), 3),
                      "samples_histogram": dict(sorted(Counter(ks).items())),
                      "stop_reasons": dict(Counter(t["stop_reason"].to_pylist()))}
-        probs = [p for p in t["bucket_probs"].to_pylist() if p]
+        probs = [p for p in t["bucket_masses"].to_pylist() if p]
         if probs:
             out["posterior_buckets"] = dict(Counter(BUCKETS[max(range(len(p)), key=p.__getitem__)] for p in probs))
+        if seq.adaptive:
+            out["prior"] = self.info.prior or {"kind": "jeffreys"}
         if seq.resample_ends:
             out["ends"] = _ends_report(t["correct"].to_pylist(), seq.k_first if seq.adaptive else self.cfg.sampling.k)
         return out
@@ -770,7 +813,7 @@ class Estimator:
         kept_paths, rej_paths = shard_paths(self.out / "kept"), shard_paths(self.out / "rejected")
         cols = ["source", "n_correct", "n_graded", "outcomes", "truncated", "response_tokens", "k", "suspect_gold"]
         if self.cfg.sequential.active:
-            cols += ["correct", "stop_reason", "bucket_probs"]
+            cols += ["correct", "stop_reason", "bucket_masses"]
         kept = pa.concat_tables([pq.read_table(p, columns=cols) for p in kept_paths]) if kept_paths else None
         rej = pa.concat_tables([pq.read_table(p, columns=["source", "reject_reason"]) for p in rej_paths]) if rej_paths else None
         n_kept = kept.num_rows if kept is not None else 0
@@ -829,6 +872,47 @@ class Estimator:
                                  expected_rows_in=expected)
         except StageError as e:
             raise EstimateError(str(e)) from e
+
+
+# What must match for another store folder's rows to inform a prior: the same model and weights, prompt, sampling
+# distribution and grader (k, seed and sequential settings may differ: they change how many samples, not their law).
+SAME_ESTIMATOR = ("model", "revision", "template", "template_fingerprint", "temperature", "top_p", "max_tokens",
+                  "max_prompt_tokens", "grader", "grader_timeout_s", "base_url", "scoring_rule")
+
+
+def fit_store_prior(root: Path, identity: dict, exclude: set[str]) -> dict:
+    """The empirical-Bayes prior of a run (``curate.difficulty.adaptive.fit_prior``) from the difficulty store: every
+    stored row of another problem (``row_key`` not in ``exclude``, the run's own rows: out of sample) scored by the
+    same estimator (``SAME_ESTIMATOR``), one per problem (the one with the most samples). Fewer than
+    ``MIN_PRIOR_ROWS``: Jeffreys, with a note saying so."""
+    best: dict[str, tuple[int, int]] = {}
+    folders = []
+    for ident in sorted(Path(root).glob("*/identity.json")):
+        other = json.loads(ident.read_text())
+        if any(other.get(k) != identity.get(k) for k in SAME_ESTIMATOR):
+            continue
+        used = 0
+        for p in shard_paths(ident.parent):
+            t = pq.read_table(p)
+            if not {"row_key", "n_correct", "k"} <= set(t.column_names):
+                continue
+            for key, c, k in zip(t["row_key"].to_pylist(), t["n_correct"].to_pylist(), t["k"].to_pylist(), strict=True):
+                if key in exclude or c is None or not k:
+                    continue
+                used += 1
+                if key not in best or k > best[key][1]:
+                    best[key] = (c, k)
+        if used:
+            folders.append(ident.parent.name)
+    if len(best) < MIN_PRIOR_ROWS:
+        return {"kind": "jeffreys", "rows": len(best), "folders": folders,
+                "note": f"the store holds {len(best)} rows of other problems scored by this model and settings; a "
+                        f"fitted prior needs {MIN_PRIOR_ROWS}: Jeffreys"}
+    c, k = zip(*best.values(), strict=True)
+    w = fit_prior(c, k)
+    return {"kind": "store", "rows": len(best), "folders": folders,
+            "sha": hashlib.sha256(w.tobytes()).hexdigest()[:16], "weights": w.tolist(),
+            "bucket_masses": [round(x, 4) for x in grid_masses(0, 0, w)]}
 
 
 def _consensus(pool: GradingPool, answers: list[str | None], outcomes: list[str]) -> dict:
