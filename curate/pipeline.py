@@ -233,7 +233,7 @@ def _kept_dirs(dirs: list[Path]) -> list[Path]:
 def filter_stage(inputs: list[Path], out: Path, cfg: FilterConfig | None = None, force: bool = False) -> Manifest:
     """Heuristic filters, then the gold gate (math-verify must parse the gold answer)."""
     cfg = cfg or FilterConfig()
-    from curate.difficulty.grading import GRADER_VERSION, GradingPool
+    from curate.difficulty.grading import GRADER_VERSION, GoldVerdicts, GradingPool
 
     def body(run: StageRun) -> None:
         dirs = _kept_dirs(inputs)
@@ -248,6 +248,9 @@ def filter_stage(inputs: list[Path], out: Path, cfg: FilterConfig | None = None,
                     yield t.select(list(BATCH_COLUMNS)), cfg
 
         pool = GradingPool(timeout_s=cfg.gold_timeout_s).spawn() if cfg.gold_gate else None  # ready by the first batch
+        known = GoldVerdicts(_gold_cache_root(cfg.gold_cache)) if pool is not None and cfg.gold_cache else None
+        if pool is not None and known is not None:
+            pool.remember(known.load())
         results = ordered_map(filter_batch, batches(), workers)
         try:
             while True:
@@ -269,13 +272,22 @@ def filter_stage(inputs: list[Path], out: Path, cfg: FilterConfig | None = None,
         finally:
             results.close()  # its worker processes and read-ahead thread stop now, also after an error
             if pool is not None:
-                run.extra["gold_gate"] = {**pool.stats, "grader_version": GRADER_VERSION}
+                run.extra["gold_gate"] = {**pool.stats, "grader_version": GRADER_VERSION,
+                                          "verdict_cache": str(known.dir) if known is not None else None}
+                if known is not None:
+                    known.append(pool.new_gold_verdicts())
                 pool.close()
 
     # the grader decides which golds pass: a new math-verify is a new filter; processes change nothing in the output
-    config = {**{k: v for k, v in asdict(cfg).items() if k != "workers"},
+    config = {**{k: v for k, v in asdict(cfg).items() if k not in ("workers", "gold_cache")},
               "grader_version": GRADER_VERSION if cfg.gold_gate else None}
     return run_stage("filter", out, input_entries(inputs), config, body, force=force, input_folders=inputs)
+
+
+def _gold_cache_root(setting: str) -> Path:
+    from curate.difficulty.models import cache_root
+
+    return cache_root() / "gold_verdicts" if setting == "default" else Path(setting)
 
 
 def _gold_gate(t: pa.Table, reason: pa.Array, pool) -> tuple[pa.Table, pa.Array]:

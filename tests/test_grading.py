@@ -292,3 +292,32 @@ def test_a_comparison_that_times_out_is_timeout_and_a_second_pass_alone_decides_
         assert (p.stats["regraded"], p.stats["regrade_timeouts"], p.stats["regrade_changed"]) == (2, 0, 2)
         assert p.timeout_s == 1
         assert p.grade(golds, responses) == ["correct", "wrong"]
+
+
+def test_gold_verdicts_are_kept_across_runs(tmp_path):
+    # The gate parses three distinct golds that are not plain numbers with math-verify (one is unparseable); the next
+    # run under the same grader takes those verdicts from the cache and parses none, with the same shards.
+    from curate.clean.filters import FilterConfig
+    from curate.core.shards import file_sha256, shard_paths
+    from curate.pipeline import filter_stage, ingest
+
+    src = tmp_path / "in.jsonl"
+    golds = [r"\sqrt{2}", r"x^2+1", r"\frac{1}{", "12", r"\sqrt{2}"]
+    src.write_text("".join(f'{{"problem": "Compute the value of item number {i} in the list.", "answer": "{g}"}}\n'
+                           .replace("\\", "\\\\") for i, g in enumerate(golds)))
+    ingest(str(src), tmp_path / "ing", adapter="generic")
+    cfg = FilterConfig(gold_cache=str(tmp_path / "verdicts"))
+    first = filter_stage([tmp_path / "ing"], tmp_path / "f1", cfg)
+    g1 = first.stats["gold_gate"]
+    assert (g1["worker_parsed"], g1["known"], g1["fast_path"]) == (3, 0, 1)
+    assert first.rows_kept == 4 and first.rejected_by_reason == {"answer_unparseable": 1}
+    second = filter_stage([tmp_path / "ing"], tmp_path / "f2", cfg)
+    g2 = second.stats["gold_gate"]
+    assert (g2["worker_parsed"], g2["known"], g2["fast_path"]) == (0, 3, 1)
+    assert [file_sha256(p) for p in shard_paths(tmp_path / "f1" / "kept")] == [
+        file_sha256(p) for p in shard_paths(tmp_path / "f2" / "kept")]
+    # one folder, named by the grader version, holds the three verdicts
+    from curate.difficulty.grading import GoldVerdicts
+
+    assert len(GoldVerdicts(tmp_path / "verdicts").load()) == 3
+    assert list((tmp_path / "verdicts").iterdir()) == [GoldVerdicts(tmp_path / "verdicts").dir]

@@ -38,6 +38,9 @@ class FilterConfig:
     flag_only: tuple[str, ...] = ("figure",)
     gold_gate: bool = True  # math-verify must parse the gold answer (ORZ); see curate.pipeline
     gold_timeout_s: int = 5  # math-verify's seconds per gold parse (its own default)
+    # gold parse verdicts kept across runs under $GRADUS_HOME/gold_verdicts (a path: there; "": off); not in the
+    # identity: a verdict is a pure function of the gold string and the grader version, which the identity holds
+    gold_cache: str = "default"
     workers: int = 0  # processes that run the heuristics; 0: the usable cores for 200k rows or more (not in the identity)
 
     def __post_init__(self) -> None:

@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from multiprocessing.connection import Connection, wait
+from pathlib import Path
 from typing import Any
 
 _GRADING_RULE = 4  # bump when extraction or verdict rules change: it is part of every store key and run identity
@@ -355,6 +356,47 @@ class _Job:
     deadline: float
 
 
+class GoldVerdicts:
+    """Parse verdicts of gold strings kept across runs: ``ROOT/{key}/seg_*.parquet`` (``gold``, ``ok``, ``reason``),
+    ``key`` a hash of ``GRADER_VERSION``. Whether math-verify parses a gold string is a pure function of the string
+    and the grader's versions, so a verdict found once is good for every later run under the same grader; a new
+    math-verify, sympy or rule version is a new folder. Only definite verdicts are kept (a timeout or a crash is
+    decided again next time). Segments are written whole (temporary name, then rename)."""
+
+    def __init__(self, root: Path | str):
+        import hashlib
+
+        self.dir = Path(root) / hashlib.sha256(GRADER_VERSION.encode()).hexdigest()[:16]
+
+    def load(self) -> dict[str, ParseResult]:
+        import pyarrow.parquet as pq
+
+        out: dict[str, ParseResult] = {}
+        for p in sorted(self.dir.glob("seg_*.parquet")):
+            t = pq.read_table(p)
+            for g, ok, reason in zip(t["gold"].to_pylist(), t["ok"].to_pylist(), t["reason"].to_pylist(), strict=True):
+                out[g] = ParseResult(ok, reason)
+        return out
+
+    def append(self, verdicts: dict[str, ParseResult]) -> None:
+        import uuid
+
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        keep = {g: r for g, r in verdicts.items() if r.ok is not None}
+        if not keep:
+            return
+        self.dir.mkdir(parents=True, exist_ok=True)
+        (self.dir / "grader.txt").write_text(GRADER_VERSION + "\n")
+        t = pa.table({"gold": pa.array(list(keep), pa.string()), "ok": pa.array([r.ok for r in keep.values()]),
+                      "reason": pa.array([r.reason for r in keep.values()], pa.string())})
+        path = self.dir / f"seg_{time.time_ns()}_{uuid.uuid4().hex[:8]}.parquet"
+        tmp = path.with_suffix(".tmp")
+        pq.write_table(t, tmp, compression="zstd")
+        os.replace(tmp, path)
+
+
 class GradingPool:
     """A small pool of math-verify worker processes with memoization and hard deadlines.
 
@@ -379,9 +421,12 @@ class GradingPool:
         self._ctx = mp.get_context("forkserver" if os.name == "posix" else "spawn")
         self._workers: list[_Worker] = []
         self._gold_memo: dict[str, ParseResult] = {}
+        self._gold_known: set[str] = set()  # golds whose verdict came from an earlier run (``remember``)
+        self._gold_new: dict[str, ParseResult] = {}  # verdicts the workers found in this run
         self._verify_memo: dict[tuple[str, str, str], str] = {}
         self._same_memo: dict[tuple[str, str], bool | None] = {}
-        self.stats = {"calls": 0, "memo_hits": 0, "fast_path": 0, "timeouts": 0, "crashes": 0, "verify_calls": 0,
+        self.stats = {"calls": 0, "memo_hits": 0, "fast_path": 0, "known": 0, "worker_parsed": 0, "timeouts": 0,
+                      "crashes": 0, "verify_calls": 0,
                       "verify_memo_hits": 0, "verify_fast_path": 0, "verify_sent": 0, "verify_timeouts": 0,
                       "regraded": 0, "regrade_timeouts": 0, "regrade_changed": 0}
 
@@ -511,12 +556,28 @@ class GradingPool:
             return False
         return True
 
+    def remember(self, verdicts: dict[str, ParseResult]) -> None:
+        """Take gold verdicts found by earlier runs (``GoldVerdicts.load``): those golds are not parsed again."""
+        for g, r in verdicts.items():
+            if g not in self._gold_memo:
+                self._gold_memo[g] = r
+                self._gold_known.add(g)
+
+    def new_gold_verdicts(self) -> dict[str, ParseResult]:
+        """The gold verdicts the workers found in this run (for ``GoldVerdicts.append``)."""
+        return dict(self._gold_new)
+
     def parse_gold(self, answers: list[str]) -> list[ParseResult]:
-        """Whether math-verify can parse each gold answer; memoized, plain numbers answered directly."""
+        """Whether math-verify can parse each gold answer; memoized, plain numbers answered directly, golds known
+        from earlier runs (``remember``) not parsed again. Stats: ``fast_path``, ``known`` and ``worker_parsed``
+        count distinct golds, ``calls`` every one asked."""
         self.stats["calls"] += len(answers)
         todo = []
         for a in dict.fromkeys(answers):
             if a in self._gold_memo:
+                if a in self._gold_known:
+                    self._gold_known.discard(a)
+                    self.stats["known"] += 1
                 continue
             if _PLAIN_GOLD.match(a):
                 self._gold_memo[a] = ParseResult(True, "ok")
@@ -524,8 +585,10 @@ class GradingPool:
             else:
                 todo.append(a)
         if todo:
+            self.stats["worker_parsed"] += len(todo)
             for a, r in zip(todo, self._run("parse_gold", todo), strict=False):
                 self._gold_memo[a] = r
+                self._gold_new[a] = r
         self.stats["memo_hits"] += len(answers) - len(todo)
         return [self._gold_memo[a] for a in answers]
 
