@@ -264,3 +264,24 @@ def test_adaptive_estimation_with_the_store_prior(tmp_path):
     again = estimate([tmp_path / "new"], tmp_path / "est_store", cfg, sampler=ScriptedSampler(cfg.sampling, rule),
                      progress=False, force=True)
     assert again.stats["sequential"]["prior"]["kind"] == "store"
+
+
+def test_an_adaptive_round_that_times_out_is_graded_again_before_the_rule_sees_it(tmp_path):
+    # The first round's 4 samples take math-verify about 2.3 s to parse (an expanded 8th power, right): at a 1 s
+    # timeout they time out, and the rule would read 0 of 4. Graded again at once (6 x 1 s, one at a time), they are
+    # 4 of 4 before the rule decides, so the row's counts, masses and stopping reason agree.
+    import sympy
+
+    x, y, z, w = sympy.symbols("x y z w")
+    slow = r"so \boxed{" + sympy.latex(sympy.expand((x + y + z + w) ** 8)) + "}"
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"problem": "Problem always: expand (x+y+z+w)^8.", "answer": "(x+y+z+w)^{8}"}\n')
+    ingest(str(src), tmp_path / "ing", adapter="generic")
+    cfg = dataclasses.replace(_cfg(tmp_path, AdaptiveConfig(adaptive=True, delta=0.4, k_max=8)), grader_timeout_s=1,
+                              grader_workers=1)
+    m = estimate([tmp_path / "ing"], tmp_path / "est", cfg,
+                 sampler=ScriptedSampler(cfg.sampling, lambda r: [slow] * (r.n or 4)), progress=False)
+    row = read_table(tmp_path / "est" / "kept").to_pylist()[0]
+    assert row["n_correct"] == row["k"] and row["outcomes"] == ["correct"] * row["k"]
+    assert row["bucket_masses"] == pytest.approx(list(decide(row["k"], row["k"], cfg.sequential).masses), abs=1e-6)
+    assert m.stats["this_run"]["grading"]["regraded"] >= 1

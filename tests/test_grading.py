@@ -140,6 +140,17 @@ FINAL_SPAN_TABLE = [
     # the anchor after the last box wins, also when it is a bare number; without an answer it does not count
     ("12", r"\boxed{5} so the total is 12. Final answer: 12", "correct"),
     ("5", r"\boxed{5}. That is my final answer.", "correct"),
+    # what is not an anchored answer leaves the box alone
+    (r"\frac{1}{2}", r"\boxed{\frac{1}{2}}. The final answer is 1/2.", "correct"),
+    (r"2\sqrt{3}", r"\boxed{2\sqrt{3}}. The final answer is 2\sqrt{3}.", "correct"),
+    ("100000", r"\boxed{10^{5}} so the final answer is 10^5", "correct"),
+    ("12", r"\boxed{12}. This is the final answer for part 2 of the question.", "correct"),
+    ("12", "\\boxed{12}\nWait, is that really the final answer? Let me check 3 cases.", "correct"),
+    ("12", r"\boxed{12}. Note that the final answer does not depend on $n$.", "correct"),
+    (r"6\pi", r"\boxed{6\pi}. We leave the final answer in terms of $\pi$.", "correct"),
+    ("{1, 2}", r"$\boxed{1}$, $\boxed{2}$. The final answer is $1$ and $2$.", "correct"),
+    # "and", "or" only as words: "andy =" is not a separator
+    ("3", r"\boxed{2} andy= \boxed{3}", "correct"),
 ]
 
 
@@ -319,5 +330,6 @@ def test_gold_verdicts_are_kept_across_runs(tmp_path):
     # one folder, named by the grader version, holds the three verdicts
     from curate.difficulty.grading import GoldVerdicts
 
-    assert len(GoldVerdicts(tmp_path / "verdicts").load()) == 3
-    assert list((tmp_path / "verdicts").iterdir()) == [GoldVerdicts(tmp_path / "verdicts").dir]
+    assert len(GoldVerdicts(tmp_path / "verdicts", 5).load()) == 3
+    assert list((tmp_path / "verdicts").iterdir()) == [GoldVerdicts(tmp_path / "verdicts", 5).dir]
+    assert not GoldVerdicts(tmp_path / "verdicts", 1).load()  # another timeout: another folder

@@ -151,7 +151,7 @@ def next_round(correct: int, n: int, base_k: int, cfg: AdaptiveConfig, prior=Non
 
 
 # ---- priors from what is known, and calibration (pure numpy) ---------------------------------------------
-GRID_POINTS = 401  # pass rates 0, 1/400, ..., 1: fine enough that every bucket edge falls between two points
+GRID_POINTS = 401  # pass rates 0, 1/400, ..., 1: each bucket edge resolved to 1/400 (0.1, 0.9 are grid points)
 
 
 def grid(points: int = GRID_POINTS):

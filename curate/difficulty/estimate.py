@@ -55,7 +55,10 @@ log = logging.getLogger(__name__)
 STAGE = "estimate"
 # A sample whose grading timed out is graded again at the end of the stage, alone, with this many times the
 # first pass's math-verify timeout (30 s at the default 5 s): a verdict should depend on the pair, not on the load.
-REGRADE_FACTOR = 6
+REGRADE_FACTOR = 6  # changes verdicts: bump _GRADING_RULE in grading.py (part of every store key) when it changes
+# Fixed k: a row with a timed-out sample waits for the second pass, at the end of the stage or as soon as this many
+# rows wait (its chunk is written after it); adaptive rows are graded again at once, before the stopping rule.
+PARK_MAX = 256
 # Bump when what a scored row means changes (2: pass_rate = n_correct / k, timeouts and crashes count as failures).
 # Part of the stage's identity and of every store key, so no run resumes or copies rows scored under another rule.
 SCORING_RULE = 2
@@ -644,6 +647,11 @@ class Estimator:
                             chunks[m.chunk.index] = m.chunk
                     gens = [m for m in batch if isinstance(m, _Generated)]
                     outcomes = self._grade(pool, chunks, gens)
+                    if self.cfg.sequential.active:  # the stopping rule must see the final verdicts: the second pass
+                        self._second_pass(pool, [(chunks[gens[gi].chunk].table["answer"][gens[gi].row].as_py(),
+                                                  gens[gi].completions[j].text, outs, j)
+                                                 for gi, outs in enumerate(outcomes) for j, o in enumerate(outs)
+                                                 if o == "timeout"])
                     for m, outs in zip(gens, outcomes, strict=True):
                         ch = chunks[m.chunk]
                         if self.cfg.sequential.active:
@@ -652,11 +660,11 @@ class Estimator:
                                 continue
                         else:
                             done = (m.completions, outs, None, None, None)
-                        if "timeout" in done[1]:  # graded again at the end of the stage, alone; its chunk waits
+                        if not self.cfg.sequential.active and "timeout" in done[1]:  # the second pass is later
                             parked.append((ch, m.row, *done))
                             continue
                         self._score_and_record(pool, ch, m.row, done, hist, bar)
-                    if finished and parked:
+                    if parked and (finished or len(parked) >= PARK_MAX):
                         self._regrade(pool, parked, hist, bar)
                         parked = []
                     for m in batch:
@@ -682,18 +690,23 @@ class Estimator:
         row.update(_consensus(pool, row["answers"], row["outcomes"]))
         self._record(ch, i, row, hist, bar)
 
-    def _regrade(self, pool: GradingPool, parked: list[tuple], hist: _Histogram, bar) -> None:
-        """The second grading pass: every sample that timed out is graded again, one at a time, with
-        math-verify's timeout ``REGRADE_FACTOR`` times the first pass's; then its row is scored. A sample that
-        times out again stays ``timeout`` (a failure, under its own label). The pool's stats count both passes."""
-        pairs = [(pi, j) for pi, p in enumerate(parked) for j, o in enumerate(p[3]) if o == "timeout"]
-        golds = [parked[pi][0].table["answer"][parked[pi][1]].as_py() for pi, _ in pairs]
-        texts = [parked[pi][2][j].text for pi, j in pairs]
+    def _second_pass(self, pool: GradingPool, items: list[tuple[str, str, list[str], int]]) -> None:
+        """Grade (gold, response) again, one at a time, with math-verify's timeout ``REGRADE_FACTOR`` times the first
+        pass's, and write each verdict into ``outcomes[j]`` (items: gold, response, outcomes, j). A sample that times
+        out again stays ``timeout`` (a failure, under its own label). The pool's stats count both passes."""
+        if not items:
+            return
         t0 = time.perf_counter()
-        for (pi, j), o in zip(pairs, pool.regrade(golds, texts, REGRADE_FACTOR * self.cfg.grader_timeout_s),
-                              strict=True):
-            parked[pi][3][j] = o
+        verdicts = pool.regrade([g for g, *_ in items], [r for _, r, *_ in items], REGRADE_FACTOR * self.cfg.grader_timeout_s)
+        for (_, _, outs, j), o in zip(items, verdicts, strict=True):
+            outs[j] = o
         self.stats["grade_seconds"] += time.perf_counter() - t0
+
+    def _regrade(self, pool: GradingPool, parked: list[tuple], hist: _Histogram, bar) -> None:
+        """Fixed k: the second pass over the parked rows' timed-out samples (``_second_pass``), then their rows are
+        scored and recorded (their chunks can be written)."""
+        self._second_pass(pool, [(ch.table["answer"][i].as_py(), comps[j].text, outs, j)
+                                 for ch, i, comps, outs, *_ in parked for j, o in enumerate(outs) if o == "timeout"])
         for ch, i, *done in parked:
             self._score_and_record(pool, ch, i, tuple(done), hist, bar)
 
@@ -804,6 +817,9 @@ class Estimator:
         if probs:
             out["posterior_buckets"] = dict(Counter(BUCKETS[max(range(len(p)), key=p.__getitem__)] for p in probs))
         if seq.adaptive:
+            saved = self.out / "prior.json"
+            if self.info.prior is None and saved.exists():  # nothing left to generate: the prior the rows stopped under
+                self.info.prior = {k: v for k, v in json.loads(saved.read_text()).items() if k != "weights"}
             out["prior"] = self.info.prior or {"kind": "jeffreys"}
         if seq.resample_ends:
             out["ends"] = _ends_report(t["correct"].to_pylist(), seq.k_first if seq.adaptive else self.cfg.sampling.k)

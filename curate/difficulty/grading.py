@@ -23,7 +23,10 @@ from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 _GRADING_RULE = 4  # bump when extraction or verdict rules change: it is part of every store key and run identity
 
@@ -41,7 +44,8 @@ GRADER_VERSION = (f"math-verify=={_dist_version('math-verify')};sympy=={_dist_ve
 _PLAIN_NUMBER = re.compile(r"^[-+]?(?:\d+|\d*\.\d+)$")  # math-verify parses these (checked by a test)
 # golds math-verify parses whatever the digits: integers and decimals, and fractions of integers as \frac{a}{b},
 # \dfrac{a}{b}, \tfrac{a}{b} or a/b (checked on every distinct gold of the real files, tests/test_realdata.py)
-_PLAIN_GOLD = re.compile(r"^[-+]?(?:\d+|\d*\.\d+|\\[dt]?frac\{\d{1,30}\}\{\d{1,30}\}|\d{1,30}/\d{1,30})$")
+# (ASCII digits only, as RE2 reads ``\d``: the gate runs the same pattern in arrow, ``plain_golds``)
+_PLAIN_GOLD = re.compile(r"^[-+]?(?:\d+|\d*\.\d+|\\[dt]?frac\{\d{1,30}\}\{\d{1,30}\}|\d{1,30}/\d{1,30})$", re.ASCII)
 _PLAIN_INT = re.compile(r"^-?\d{1,30}$")  # exact integer compare agrees with math-verify (checked by a test)
 _ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.S)
 _MATH_DELIM = re.compile(r"\$|\\\(|\\\[|\\boxed")
@@ -62,17 +66,41 @@ EXPLICIT = ("boxed", "final_anchor", "answer_tag")
 # layout (math delimiters, spacing, ``\text{}``) is dropped, and what is left must be separators ("and", "or",
 # ",", ";") with at most part labels ("for part (a)") and variable labels (``y_2 =``), at least one separator.
 _JOIN_LAYOUT = re.compile(r"\\(?:quad|qquad|[,;:! ]|text(?:rm|bf)?|mathrm|mbox)|\\[\[\]()]|~|\$|[{}]")
-_JOIN_TOKEN = re.compile(r"\s*(?:(?P<sep>and|or|,|;)|(?:for\s+)?part\s*\(?[a-z0-9]\)?|\([a-z0-9]\)|"
-                         r"[a-z](?:_\w{1,3})?\s*=)\s*", re.I)
+_JOIN_TOKEN = re.compile(r"\s*(?:(?P<sep>\band\b|\bor\b|,|;)|\b(?:for\s+)?part\s*\(?[a-z0-9]\)?|\([a-z0-9]\)|"
+                         r"\b[a-z](?:_\w{1,3})?\s*=)\s*", re.I)
 _JOIN_MAX_CHARS = 80
-# An explicit final answer after the last box ("= \boxed{255}$ ... The final answer is $10,455$."): it wins.
-_FINAL_ANCHOR = re.compile(r"(?i)\bfinal\s+answer\b[^$\\\n]{0,40}?(?:\$\$?([^$]{1,300}?)\$\$?|\\\((.{1,300}?)\\\)|"
-                           r"\\\[(.{1,300}?)\\\]|(?<![\w.])([-+]?\d[\d,]*(?:\.\d+)?)(?![\w]))", re.S)
+# An explicit final answer after the last box ("= \boxed{255}$ ... The final answer is $10,455$. I hope ..."): it
+# wins. Only "final answer is" or "final answer:" directly before the answer, and the answer math between
+# delimiters (several joined by "and", "or" or commas are one answer, as math-verify joins them) or a bare number
+# that ends the sentence. "the final answer for part 2", "the final answer does not depend on $n$" and "the final
+# answer is 1/2" (a bare number that does not end there) leave the box alone.
+_FINAL_ANCHOR = re.compile(r"(?i)\bfinal\s+answer\s*(?:is\b\s*:?|:)\s*")
+_ANCHOR_MATH = re.compile(r"\$\$?([^$]{1,300}?)\$\$?|\\\((.{1,300}?)\\\)|\\\[(.{1,300}?)\\\]", re.S)
+_ANCHOR_SEP = re.compile(r"\s*(?:,\s*(?:and|or)\b|\band\b|\bor\b|,)\s*", re.I)
+_ANCHOR_NUMBER = re.compile(r"([-+]?\d[\d,]*(?:\.\d+)?)(?=\s*[.!]?\s*(?:$|\n|I hope))")
 
 
 def strip_bold(text: str) -> str:
     """Remove markdown bold markers around text (math-verify 0.9 reads ``**73**`` as ``73**``)."""
     return _BOLD.sub(r"\1", text) if "**" in text else text
+
+
+def _anchored_answer(body: str) -> str | None:
+    """The answer right after a final-answer anchor (see ``_FINAL_ANCHOR``), or None."""
+    parts, pos = [], 0
+    while True:
+        m = _ANCHOR_MATH.match(body, pos)
+        if not m:
+            break
+        parts.append(next(g for g in m.groups() if g is not None).strip())
+        sep = _ANCHOR_SEP.match(body, m.end())
+        if not sep or not _ANCHOR_MATH.match(body, sep.end()):
+            break
+        pos = sep.end()
+    if parts:
+        return ", ".join(p for p in parts if p) or None
+    m = _ANCHOR_NUMBER.match(body)
+    return m.group(1) if m else None
 
 
 def _joins(between: str) -> bool:
@@ -115,9 +143,10 @@ def final_span(text: str) -> tuple[list[str], str | None]:
     anchored = None
     tail = text[spans[-1][1] :][-MAX_FALLBACK_CHARS:]
     if "answer" in tail.lower():
-        hits = list(_FINAL_ANCHOR.finditer(tail))
-        if hits:
-            anchored = next((g for g in hits[-1].groups() if g), "").strip() or None
+        for m in reversed(list(_FINAL_ANCHOR.finditer(tail))):  # the last anchor that states an answer
+            anchored = _anchored_answer(tail[m.end() :])
+            if anchored is not None:
+                break
     return boxes, anchored
 
 
@@ -358,15 +387,18 @@ class _Job:
 
 class GoldVerdicts:
     """Parse verdicts of gold strings kept across runs: ``ROOT/{key}/seg_*.parquet`` (``gold``, ``ok``, ``reason``),
-    ``key`` a hash of ``GRADER_VERSION``. Whether math-verify parses a gold string is a pure function of the string
-    and the grader's versions, so a verdict found once is good for every later run under the same grader; a new
-    math-verify, sympy or rule version is a new folder. Only definite verdicts are kept (a timeout or a crash is
+    ``key`` a hash of ``GRADER_VERSION`` and the parse timeout. Whether math-verify parses a gold string within the
+    timeout is a pure function of the string, the grader's versions and the timeout (up to machine speed near the
+    timeout), so a verdict found once is good for every later run under the same grader; a new math-verify, sympy
+    or rule version is a new folder. Only "ok" and "unparseable" are kept (a timeout, a crash or an error is
     decided again next time). Segments are written whole (temporary name, then rename)."""
 
-    def __init__(self, root: Path | str):
+    def __init__(self, root: Path | str, timeout_s: int):
         import hashlib
 
-        self.dir = Path(root) / hashlib.sha256(GRADER_VERSION.encode()).hexdigest()[:16]
+        # the timeout too: a gold parsed in 4 s is parseable at a 5 s timeout and a timeout at 1 s
+        self.grader = f"{GRADER_VERSION};gold_timeout_s={timeout_s}"
+        self.dir = Path(root) / hashlib.sha256(self.grader.encode()).hexdigest()[:16]
 
     def load(self) -> dict[str, ParseResult]:
         import pyarrow.parquet as pq
@@ -384,11 +416,11 @@ class GoldVerdicts:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        keep = {g: r for g, r in verdicts.items() if r.ok is not None}
+        keep = {g: r for g, r in verdicts.items() if r.reason in ("ok", "unparseable")}  # definite verdicts only
         if not keep:
             return
         self.dir.mkdir(parents=True, exist_ok=True)
-        (self.dir / "grader.txt").write_text(GRADER_VERSION + "\n")
+        (self.dir / "grader.txt").write_text(self.grader + "\n")
         t = pa.table({"gold": pa.array(list(keep), pa.string()), "ok": pa.array([r.ok for r in keep.values()]),
                       "reason": pa.array([r.reason for r in keep.values()], pa.string())})
         path = self.dir / f"seg_{time.time_ns()}_{uuid.uuid4().hex[:8]}.parquet"
@@ -423,6 +455,7 @@ class GradingPool:
         self._gold_memo: dict[str, ParseResult] = {}
         self._gold_known: set[str] = set()  # golds whose verdict came from an earlier run (``remember``)
         self._gold_new: dict[str, ParseResult] = {}  # verdicts the workers found in this run
+        self._plain: list = []  # plain golds decided in arrow (``plain_golds``), to be counted once each
         self._verify_memo: dict[tuple[str, str, str], str] = {}
         self._same_memo: dict[tuple[str, str], bool | None] = {}
         self.stats = {"calls": 0, "memo_hits": 0, "fast_path": 0, "known": 0, "worker_parsed": 0, "timeouts": 0,
@@ -567,6 +600,24 @@ class GradingPool:
         """The gold verdicts the workers found in this run (for ``GoldVerdicts.append``)."""
         return dict(self._gold_new)
 
+    def plain_golds(self, golds: pa.Array) -> pa.Array:
+        """Which of ``golds`` (distinct strings) are plain (``_PLAIN_GOLD``), decided in arrow: those are parseable
+        without a worker. They are remembered to be counted once each in ``stats["fast_path"]`` (``count_plain``)."""
+        import pyarrow.compute as pc
+
+        plain = pc.match_substring_regex(golds, _PLAIN_GOLD.pattern)
+        self._plain.append(golds.filter(plain))
+        return plain
+
+    def count_plain(self) -> None:
+        """Add the distinct plain golds seen by ``plain_golds`` to ``stats["fast_path"]`` (once per run)."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        if self._plain:
+            self.stats["fast_path"] += len(pc.unique(pa.chunked_array(self._plain, pa.string())))
+            self._plain = []
+
     def parse_gold(self, answers: list[str]) -> list[ParseResult]:
         """Whether math-verify can parse each gold answer; memoized, plain numbers answered directly, golds known
         from earlier runs (``remember``) not parsed again. Stats: ``fast_path``, ``known`` and ``worker_parsed``
@@ -654,9 +705,10 @@ class GradingPool:
                 outcome = res.reason if res.reason in OUTCOMES else "error"
                 self.stats["verify_timeouts"] += outcome == "timeout"
                 self._verify_memo[key] = outcome
-            if len(self._verify_memo) > 1_000_000:
-                self._verify_memo.clear()
-        return [self._verify_memo[k] for k in keys]
+        out = [self._verify_memo[k] for k in keys]
+        if len(self._verify_memo) > 1_000_000:  # bounded: cleared after this call's verdicts are read
+            self._verify_memo.clear()
+        return out
 
     def regrade(self, golds: list[str], responses: list[str], timeout_s: int) -> list[str]:
         """Grade pairs again one at a time, with math-verify's timeout raised to ``timeout_s`` (the hard deadline
