@@ -305,6 +305,7 @@ def _gold_gate(t: pa.Table, reason: pa.Array, pool) -> tuple[pa.Table, pa.Array]
     rest = enc.dictionary.filter(pa.array(~plain)).to_pylist()
     res = pool.parse_gold(rest)
     pool.stats["calls"] += len(ans) - len(rest)  # ``calls`` counts rows asked, as when each row was asked
+    pool.stats["memo_hits"] += len(ans) - len(rest)
     ok_np = np.full(len(plain), True, dtype=object)
     why_np = np.full(len(plain), None, dtype=object)
     ok_np[~plain] = [r.ok for r in res]

@@ -149,6 +149,8 @@ FINAL_SPAN_TABLE = [
     ("12", r"\boxed{12}. Note that the final answer does not depend on $n$.", "correct"),
     (r"6\pi", r"\boxed{6\pi}. We leave the final answer in terms of $\pi$.", "correct"),
     ("{1, 2}", r"$\boxed{1}$, $\boxed{2}$. The final answer is $1$ and $2$.", "correct"),
+    ("3628800", r"\boxed{3628800}. The final answer is 10!", "correct"),  # a factorial is not the end of a sentence
+    ("12", r"\boxed{5}. The final answer is 12.", "correct"),
     # "and", "or" only as words: "andy =" is not a separator
     ("3", r"\boxed{2} andy= \boxed{3}", "correct"),
 ]
@@ -301,6 +303,8 @@ def test_a_comparison_that_times_out_is_timeout_and_a_second_pass_alone_decides_
         assert p.stats["verify_timeouts"] == 2
         assert p.regrade(golds + golds[:1], responses + responses[:1], timeout_s=30) == ["correct", "wrong", "correct"]
         assert (p.stats["regraded"], p.stats["regrade_timeouts"], p.stats["regrade_changed"]) == (2, 0, 2)
+        assert p.regrade(golds, responses, timeout_s=30) == ["correct", "wrong"]  # already graded again: not rerun
+        assert p.stats["regraded"] == 2
         assert p.timeout_s == 1
         assert p.grade(golds, responses) == ["correct", "wrong"]
 

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pyarrow as pa
 
-_GRADING_RULE = 4  # bump when extraction or verdict rules change: it is part of every store key and run identity
+_GRADING_RULE = 5  # bump when extraction or verdict rules change: it is part of every store key and run identity
 
 
 def _dist_version(name: str) -> str:
@@ -77,7 +77,7 @@ _JOIN_MAX_CHARS = 80
 _FINAL_ANCHOR = re.compile(r"(?i)\bfinal\s+answer\s*(?:is\b\s*:?|:)\s*")
 _ANCHOR_MATH = re.compile(r"\$\$?([^$]{1,300}?)\$\$?|\\\((.{1,300}?)\\\)|\\\[(.{1,300}?)\\\]", re.S)
 _ANCHOR_SEP = re.compile(r"\s*(?:,\s*(?:and|or)\b|\band\b|\bor\b|,)\s*", re.I)
-_ANCHOR_NUMBER = re.compile(r"([-+]?\d[\d,]*(?:\.\d+)?)(?=\s*[.!]?\s*(?:$|\n|I hope))")
+_ANCHOR_NUMBER = re.compile(r"([-+]?\d(?:[\d,]*\d)?(?:\.\d+)?)(?=\s*\.?\s*(?:$|\n|I hope))")  # not "10!"
 
 
 def strip_bold(text: str) -> str:
@@ -458,6 +458,7 @@ class GradingPool:
         self._plain: list = []  # plain golds decided in arrow (``plain_golds``), to be counted once each
         self._verify_memo: dict[tuple[str, str, str], str] = {}
         self._same_memo: dict[tuple[str, str], bool | None] = {}
+        self._regraded: set[tuple[str, str, str]] = set()  # pairs the second pass graded (``regrade``)
         self.stats = {"calls": 0, "memo_hits": 0, "fast_path": 0, "known": 0, "worker_parsed": 0, "timeouts": 0,
                       "crashes": 0, "verify_calls": 0,
                       "verify_memo_hits": 0, "verify_fast_path": 0, "verify_sent": 0, "verify_timeouts": 0,
@@ -725,6 +726,9 @@ class GradingPool:
                 if key in seen:
                     out.append(seen[key])
                     continue
+                if key in self._regraded and key in self._verify_memo:  # graded again before: its verdict stands
+                    out.append(self._verify_memo[key])
+                    continue
                 first = self._verify_memo.get(key)
                 res = self._run("verify", [key])[0]
                 outcome = res.reason if res.reason in OUTCOMES else "error"
@@ -733,6 +737,7 @@ class GradingPool:
                 self.stats["regrade_timeouts"] += outcome == "timeout"
                 self.stats["regrade_changed"] += first is not None and outcome != first
                 seen[key] = outcome
+                self._regraded.add(key)
                 out.append(outcome)
         finally:
             self.timeout_s = before
