@@ -347,9 +347,14 @@ def test_an_unresolved_model_revision_turns_the_store_off(tmp_path, small_input)
     assert not list((tmp_path / "store").rglob("*.parquet"))
 
 
-def test_timeouts_count_as_failures(tmp_path, small_input):
-    # k = 4: one correct, one answer that math-verify cannot finish within the 1 s budget, one wrong, one
-    # correct. The timeout keeps its label and counts as a failure: pass rate 2/4, not 2/3 of the graded.
+def test_timeouts_count_as_failures(tmp_path, small_input, monkeypatch):
+    # k = 4: one correct, one answer that math-verify cannot finish within the 1 s budget (a 300-level tower takes
+    # it about 4 s to parse), one wrong, one correct. The timeout keeps its label and counts as a failure: pass rate
+    # 2/4, not 2/3 of the graded. The second pass runs at the first pass's timeout here (factor 1), so the tower
+    # times out there too: what a timeout that stays a timeout scores (the second pass has its own tests).
+    import curate.difficulty.estimate as est
+
+    monkeypatch.setattr(est, "REGRADE_FACTOR", 1)
     cfg = _cfg(tmp_path, grader_timeout_s=1, store=None)
     tower = r"\boxed{" + "x^" * 300 + "2}"
 
@@ -366,6 +371,8 @@ def test_timeouts_count_as_failures(tmp_path, small_input):
         lo, hi = wilson(2, 4)
         assert row["pass_rate_low"] == pytest.approx(lo, abs=1e-6) and row["pass_rate_high"] == pytest.approx(hi, abs=1e-6)
     assert m.stats["sample_outcomes"]["timeout"] == 10
+    g = m.stats["this_run"]["grading"]
+    assert (g["verify_timeouts"], g["regraded"], g["regrade_timeouts"]) == (10, 10, 10)
 
 
 def test_a_local_models_revision_covers_every_weight_file_and_sees_a_rewrite(tmp_path):
