@@ -234,6 +234,7 @@ def filter_stage(inputs: list[Path], out: Path, cfg: FilterConfig | None = None,
     """Heuristic filters, then the gold gate (math-verify must parse the gold answer)."""
     cfg = cfg or FilterConfig()
     from curate.difficulty.grading import GRADER_VERSION, GoldVerdicts, GradingPool
+    from curate.difficulty.models import cache_dir
 
     def body(run: StageRun) -> None:
         dirs = _kept_dirs(inputs)
@@ -248,7 +249,7 @@ def filter_stage(inputs: list[Path], out: Path, cfg: FilterConfig | None = None,
                     yield t.select(list(BATCH_COLUMNS)), cfg
 
         pool = GradingPool(timeout_s=cfg.gold_timeout_s).spawn() if cfg.gold_gate else None  # ready by the first batch
-        known = (GoldVerdicts(_gold_cache_root(cfg.gold_cache), cfg.gold_timeout_s)
+        known = (GoldVerdicts(cache_dir(cfg.gold_cache, "gold_verdicts"), cfg.gold_timeout_s)
                  if pool is not None and cfg.gold_cache else None)
         if pool is not None and known is not None:
             pool.remember(known.load())
@@ -284,12 +285,6 @@ def filter_stage(inputs: list[Path], out: Path, cfg: FilterConfig | None = None,
     config = {**{k: v for k, v in asdict(cfg).items() if k not in ("workers", "gold_cache")},
               "grader_version": GRADER_VERSION if cfg.gold_gate else None}
     return run_stage("filter", out, input_entries(inputs), config, body, force=force, input_folders=inputs)
-
-
-def _gold_cache_root(setting: str) -> Path:
-    from curate.difficulty.models import cache_root
-
-    return cache_root() / "gold_verdicts" if setting == "default" else Path(setting)
 
 
 def _gold_gate(t: pa.Table, reason: pa.Array, pool) -> tuple[pa.Table, pa.Array]:

@@ -518,11 +518,9 @@ class Estimator:
         self.stats["generate_seconds"] = round(time.perf_counter() - info.gen_started, 3)
 
     def _store_root(self) -> Path | None:
-        from curate.difficulty.models import cache_root
+        from curate.difficulty.models import cache_dir
 
-        if not self.cfg.store:
-            return None
-        return cache_root() / "difficulty_store" if self.cfg.store == "default" else Path(self.cfg.store)
+        return cache_dir(self.cfg.store, "difficulty_store") if self.cfg.store else None
 
     def _store_prior(self, identity: dict, chunks: list[pa.Table]) -> str | None:
         """Fit (or, resuming, read back) the run's prior: ``OUT/prior.json``, written once under a lock, so every
@@ -909,9 +907,10 @@ def fit_store_prior(root: Path, identity: dict, exclude: set[str]) -> dict:
             continue
         used = 0
         for p in shard_paths(ident.parent):
-            t = pq.read_table(p)
-            if not {"row_key", "n_correct", "k"} <= set(t.column_names):
+            cols = ["row_key", "n_correct", "k"]
+            if not set(cols) <= set(pq.read_schema(p).names):
                 continue
+            t = pq.read_table(p, columns=cols)  # only what the fit reads (a segment holds every scored column)
             for key, c, k in zip(t["row_key"].to_pylist(), t["n_correct"].to_pylist(), t["k"].to_pylist(), strict=True):
                 if key in exclude or c is None or not k:
                     continue

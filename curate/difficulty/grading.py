@@ -385,6 +385,11 @@ class _Job:
     deadline: float
 
 
+def _outcome(res: ParseResult) -> str:
+    """A verify item's outcome (``OUTCOMES``): its reason, or ``error`` for a parser error of any type."""
+    return res.reason if res.reason in OUTCOMES else "error"
+
+
 class GoldVerdicts:
     """Parse verdicts of gold strings kept across runs: ``ROOT/{key}/seg_*.parquet`` (``gold``, ``ok``, ``reason``),
     ``key`` a hash of ``GRADER_VERSION`` and the parse timeout. Whether math-verify parses a gold string within the
@@ -703,7 +708,7 @@ class GradingPool:
             items = list(todo)
             self.stats["verify_sent"] += len(items)
             for key, res in zip(items, self._run("verify", items), strict=True):
-                outcome = res.reason if res.reason in OUTCOMES else "error"
+                outcome = _outcome(res)
                 self.stats["verify_timeouts"] += outcome == "timeout"
                 self._verify_memo[key] = outcome
         out = [self._verify_memo[k] for k in keys]
@@ -718,25 +723,19 @@ class GradingPool:
         the first verdict in the memo; the pool's stats count the pairs, those still timed out, those changed."""
         before, self.timeout_s = self.timeout_s, timeout_s
         out = []
-        seen: dict[tuple[str, str, str], str] = {}
         try:
             for g, r in zip(golds, responses, strict=True):
                 pred, how = extract_prediction(r)
                 key = (g, pred, how)
-                if key in seen:
-                    out.append(seen[key])
-                    continue
                 if key in self._regraded and key in self._verify_memo:  # graded again before: its verdict stands
                     out.append(self._verify_memo[key])
                     continue
                 first = self._verify_memo.get(key)
-                res = self._run("verify", [key])[0]
-                outcome = res.reason if res.reason in OUTCOMES else "error"
+                outcome = _outcome(self._run("verify", [key])[0])
                 self._verify_memo[key] = outcome
                 self.stats["regraded"] += 1
                 self.stats["regrade_timeouts"] += outcome == "timeout"
                 self.stats["regrade_changed"] += first is not None and outcome != first
-                seen[key] = outcome
                 self._regraded.add(key)
                 out.append(outcome)
         finally:

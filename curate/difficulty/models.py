@@ -43,6 +43,11 @@ def cache_root() -> Path:
     return Path(os.environ.get("GRADUS_HOME") or Path.home() / ".cache" / "gradus")
 
 
+def cache_dir(setting: str, name: str) -> Path:
+    """A folder setting that may say ``default``: ``$GRADUS_HOME/name`` then, else the path it gives."""
+    return cache_root() / name if setting == "default" else Path(setting)
+
+
 def default_model_dir() -> Path:
     return cache_root() / "models" / "SmolLM2-135M-Instruct"
 
