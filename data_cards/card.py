@@ -221,7 +221,8 @@ def _difficulty(p: Path, m: Manifest) -> dict:
         "spearman_rho_pass_rate_vs_level": None if rho is None else round(rho, 4), "rho_pairs": len(pairs),
         "sample_outcomes": m.stats.get("sample_outcomes", {}), "truncation_rate": m.stats.get("truncation_rate"),
         "mean_response_tokens": m.stats.get("mean_response_tokens"), "incompletely_graded_rows": incomplete,
-        "limit": cfg.get("limit"), "suspect_gold": {"rows": n_suspect, "list": suspects},
+        "limit": cfg.get("limit"), "suspect_gold": {"rows": n_suspect, "list": suspects,
+                                                      "check": m.stats.get("suspect_gold_check")},
         "sequential": m.stats.get("sequential"),
     }
 

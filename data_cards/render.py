@@ -399,13 +399,22 @@ def render_body(card: dict, plots: list[str], with_data: bool = True) -> str:
                         f"{seq['ends']['base_samples']}, {seq['ends']['of_them_solved_later']} were solved later"
                         if seq.get("ends") else "") + ".\n")
         sus = d.get("suspect_gold") or {}
+        chk = sus.get("check") or {}
+        caught = (f"Had a gold been wrong, the rule would have caught it on {chk['caught_if_gold_wrong']:,} of the "
+                  f"{chk['rows_with_a_correct_sample']:,} rows with a correct sample ({chk['recall']:.0%}, this run's "
+                  "own samples with the correct ones graded wrong); a wrong gold of a row the model never solves is not "
+                  "seen. Flags are not proof: a model's systematic slip looks the same (false flags on exact golds "
+                  "are measured in the README).\n" if chk.get("recall") is not None else "")
         if sus.get("rows"):
-            p.append(f"**Suspect gold answers.** On {sus['rows']:,} rows a clear majority of the samples (at least 3 and "
-                     "at least half) agree on one answer that math-verify finds different from the gold: the gold may be "
-                     f"wrong (`gradus export --drop-suspect-gold` leaves them out). The first {len(sus['list'])}:\n")
+            p.append(f"**Suspect gold answers.** On {sus['rows']:,} rows no sample is graded correct and a clear majority "
+                     "(at least 3 samples and at least half) agree on one answer that math-verify finds different from "
+                     f"the gold: the gold may be wrong (`gradus export --drop-suspect-gold` leaves them out). {caught}"
+                     f"The first {len(sus['list'])}:\n")
             p.append(_table(["source id", "gold", "samples' answer", "given by"],
                             [[f"{r['source']} {r['source_id']}", r["answer"], r["consensus_answer"],
                               f"{r['consensus_count']} of {r['k']}"] for r in sus["list"]]) + "\n")
+        elif caught:
+            p.append(f"**Suspect gold answers.** No row is flagged. {caught}")
     if card.get("curriculum"):
         c = card["curriculum"]
         p.append("## Selection and curriculum\n")

@@ -187,6 +187,31 @@ def test_tokens_of_a_row_do_not_depend_on_the_rows_beside_it():
     assert together[3] == ["日本語", "テキスト", "12"]
 
 
+def test_tokens_cut_from_bytes_match_the_regex_passes(real_data):
+    """ASCII rows are tokenized in numpy from their bytes, the others by regex passes: on every statement and solution
+    of the real files, the regex passes run on every row give the same lists, nulls included."""
+    import json
+
+    from curate.clean.text import _regex_tokens, canonical, tokens
+
+    hand = ["", None, "  ", "a\\sin2x", "12ab34", "x'' + y'", "++--", "\\\\ \\{1\\}", "e^{i\\pi}+1=0", "a2b3c"]
+    got = tokens(pa.array(hand, pa.string())).to_pylist()
+    assert got[:3] == [None, None, None]
+    assert got[3:] == [["a", "sin", "2", "x"], ["12", "ab", "34"], ["x", "'", "'", "+", "y", "'"], ["+", "+", "-", "-"],
+                       ["1"], ["e", "^", "i", "pi", "+", "1", "=", "0"], ["a", "2", "b", "3", "c"]]
+    texts = list(hand)
+    for f in ("math_hendrycks/test/test.jsonl", "omni_math_rule/omni_math_rule.jsonl", "math500/test.jsonl",
+              "deepmath_roll/math_deepmath_deal.jsonl"):
+        for line in (real_data / f).read_text().splitlines():
+            r = json.loads(line)
+            texts += [r[k] for k in ("problem", "solution", "prompt") if isinstance(r.get(k), str)]
+    canon = canonical(pa.array(texts, pa.string()))
+    fast, slow = tokens(None, canon), _regex_tokens(canon)
+    assert len(texts) > 20_000
+    assert fast.to_pylist() == slow.to_pylist()
+    assert fast.is_null().to_pylist() == slow.is_null().to_pylist()
+
+
 def test_decontam_keeps_template_siblings_and_other_figures(tmp_path):
     import json
 

@@ -48,6 +48,8 @@ def test_changed_golds_are_flagged_by_the_samples_consensus(real_data, tmp_path)
             assert (r["n_correct"], r["suspect_gold"], r["consensus_answer"]) == (4, False, None)
         assert r["answers"][4:] == ["7", None]  # the per-sample final answers are kept; no box, no answer
     assert m.stats["suspect_gold"] == 3
+    # the three rows with their own gold have 4 correct of 6, one answer (4 >= max(3, 6/2)): a wrong gold is caught
+    assert m.stats["suspect_gold_check"] == {"rows_with_a_correct_sample": 3, "caught_if_gold_wrong": 3, "recall": 1.0}
 
     kept_all = export([tmp_path / "est"], tmp_path / "all", ExportConfig(include_ends=True))
     dropped = export([tmp_path / "est"], tmp_path / "drop", ExportConfig(include_ends=True, drop_suspect_gold=True))
@@ -76,9 +78,30 @@ def test_a_split_vote_or_too_few_is_not_a_consensus(real_data, tmp_path):
         assert _consensus(pool, ["11", "13", "13", "13", "13", "13"], ["wrong"] * 6)["suspect_gold"]
 
 
+def test_recall_on_a_runs_own_samples(real_data, tmp_path):
+    """Each row with a correct sample, its correct samples read as wrong: flagged when one answer then holds at least
+    max(3, half) of the samples."""
+    from curate.difficulty.estimate import suspect_recall
+    from curate.difficulty.grading import GradingPool
+
+    rows = [  # (answers, outcomes)
+        (["7"] * 6 + ["1", "12", None, None], ["correct"] * 6 + ["wrong"] * 2 + ["no_answer"] * 2),  # 6 >= 5: caught
+        (["19", "0", "29", None, "65", "16", "3", None, "2", "4"],
+         ["correct"] + ["wrong"] * 2 + ["no_answer"] + ["wrong"] * 3 + ["no_answer"] + ["wrong"] * 2),  # 1 < 5
+        (["5", "5", "5", "5", "5.0", "6", None, None, None, None],
+         ["correct"] * 4 + ["wrong", "wrong"] + ["no_answer"] * 4),  # 5 and 5.0 are one answer: 5 >= 5, caught
+        (["3"] * 10, ["wrong"] * 10),  # no correct sample: not counted (its own gold already flags it)
+        (["2", "2", "2", "8", "8", "8", "8", None], ["correct"] * 3 + ["wrong"] * 4 + ["no_answer"]),  # 4 >= 4: caught
+    ]
+    with GradingPool(1) as pool:
+        got = suspect_recall(pool, [a for a, _ in rows], [o for _, o in rows])
+    assert got == {"rows_with_a_correct_sample": 4, "caught_if_gold_wrong": 3, "recall": 0.75}
+
+
 def test_the_card_lists_suspect_golds(real_data, tmp_path):
     test_changed_golds_are_flagged_by_the_samples_consensus(real_data, tmp_path)
     from data_cards.render import write_card
 
     text = write_card(tmp_path / "est").read_text()
     assert "**Suspect gold answers.** On 3 rows" in text and "| math500 " in text and "4 of 6" in text
+    assert "caught it on 3 of the 3 rows with a correct sample (100%" in text

@@ -158,9 +158,24 @@ def tokens(col: pa.Array | pa.ChunkedArray, canon: pa.Array | None = None) -> pa
     Words, numbers, command names (``\\sin`` -> ``sin``) and one token per operator, bracket or prime
     (``+ - * / = < > ^ ! | ( ) [ ] '``): ``88\\div(4\\div2)`` and ``88\\div4\\div2`` differ, and so do
     ``\\tan 180^\\circ`` and ``\\sin 180^\\circ``. Letters and digits are split apart (``a^2b`` and ``a^2 b`` both give
-    ``a ^ 2 b``); every other run of characters (braces, punctuation) is a separator.
+    ``a ^ 2 b``); every other run of characters (braces, punctuation) is a separator. A row without a token is null.
+
+    ASCII rows (most math text: LaTeX) are cut in numpy from the bytes (``_ascii_tokens``); the others by the regex
+    passes of ``_regex_tokens``, which give the same tokens on ASCII text (a test holds them equal on real files).
     """
     s = canonical(col) if canon is None else canon
+    s = s.combine_chunks() if isinstance(s, pa.ChunkedArray) else s
+    # canonical text is lowercase; a row with a capital (a caller's own text) takes the regex passes, which do not
+    # split "2A" as they split "2a"
+    fast = pc.and_(pc.string_is_ascii(s), pc.invert(pc.match_substring_regex(s, "[A-Z]")))
+    fast = pc.fill_null(fast, True).to_numpy(zero_copy_only=False)
+    if fast.all():
+        return _ascii_tokens(s)
+    return _apply_on(s, fast, _ascii_tokens, _regex_tokens)
+
+
+def _regex_tokens(s: pa.Array) -> pa.ListArray:
+    """``tokens`` of canonical text by regex passes (any text)."""
     s = _where(s, r"\\[a-z]", lambda x: pc.replace_substring_regex(x, r"\\([a-z]+)", r" \1 "))
     s = pc.replace_substring_regex(s, r"([+\-*/=<>^!|()\[\]'])", r" \1 ")
     s = _where(s, r"[0-9][a-z]|[a-z][0-9]", _split_letters_digits)
@@ -169,6 +184,56 @@ def tokens(col: pa.Array | pa.ChunkedArray, canon: pa.Array | None = None) -> pa
     s = pc.if_else(pc.equal(s, ""), pa.scalar(None, pa.string()), s)  # "" would split into [""]
     out = pc.utf8_split_whitespace(s)
     return out.combine_chunks() if isinstance(out, pa.ChunkedArray) else out
+
+
+# Byte classes of lowercase ASCII text: 0 separates, 1 letter, 2 digit, 3 an operator (a token of its own)
+_BYTE_CLASS = np.zeros(256, np.int8)
+_BYTE_CLASS[np.frombuffer(b"abcdefghijklmnopqrstuvwxyz", np.uint8)] = 1
+_BYTE_CLASS[np.frombuffer(b"0123456789", np.uint8)] = 2
+_BYTE_CLASS[np.frombuffer(b"+-*/=<>^!|()[]'", np.uint8)] = 3
+
+
+def _ascii_tokens(s: pa.Array) -> pa.ListArray:
+    """``tokens`` of lowercase ASCII text, from its bytes: a token is a run of letters, a run of digits or one
+    operator. A backslash separates like any other byte, which is what dropping the backslash of a command name
+    (``\\sin`` -> `` sin ``) does in the regex passes."""
+    n = len(s)
+    if pa.types.is_large_string(s.type):
+        s = s.cast(pa.string())
+    _, off_buf, data_buf = s.buffers()
+    offs = np.frombuffer(off_buf, np.int32, n + 1, s.offset * 4).astype(np.int64) if n else np.zeros(1, np.int64)
+    base = int(offs[0])
+    offs = offs - base
+    size = int(offs[-1])
+    data = np.frombuffer(data_buf, np.uint8, size, base) if size else np.zeros(0, np.uint8)
+    if s.null_count:  # a null row's bytes (normally none) are not text
+        lens = np.diff(offs)
+        nulls = pc.is_null(s).to_numpy(zero_copy_only=False)
+        keep = ~np.repeat(nulls, lens)
+    else:
+        keep = None
+    cls = _BYTE_CLASS[data]
+    if keep is not None:
+        cls = np.where(keep, cls, 0).astype(np.int8)
+    # a row's first byte has no byte before it, and its last no byte after: a separator stands there
+    prev = np.empty_like(cls)
+    nxt = np.empty_like(cls)
+    if size:
+        prev[0], prev[1:] = 0, cls[:-1]
+        nxt[-1], nxt[:-1] = 0, cls[1:]
+        row_first = offs[:-1][np.diff(offs) > 0]
+        prev[row_first] = 0
+        nxt[row_first[1:] - 1] = 0
+    tok = cls > 0
+    op = cls == 3
+    first = np.flatnonzero(tok & (op | (prev != cls)))
+    last = np.flatnonzero(tok & (op | (nxt != cls)))
+    lengths = last - first + 1
+    values = pa.StringArray.from_buffers(
+        len(first), pa.py_buffer(np.r_[0, np.cumsum(lengths)].astype(np.int32)), pa.py_buffer(data[tok].tobytes()))
+    per_row = np.bincount(np.searchsorted(offs, first, "right") - 1, minlength=n)[:n] if len(first) else np.zeros(n, np.int64)
+    list_offsets = pa.array(np.r_[0, np.cumsum(per_row)].astype(np.int32))
+    return pa.ListArray.from_arrays(list_offsets, values, mask=pa.array(per_row == 0))
 
 
 _NON_TOKEN = r"[^\p{L}\p{N}+\-*/=<>^!|()\[\]']+"  # what separates tokens

@@ -823,9 +823,17 @@ class Estimator:
             out["ends"] = _ends_report(t["correct"].to_pylist(), seq.k_first if seq.adaptive else self.cfg.sampling.k)
         return out
 
+    def _suspect_check(self, kept: pa.Table | None) -> dict:
+        """How well the suspect-gold rule would catch a wrong gold on this run's own samples (``suspect_recall``)."""
+        if kept is None or not kept.num_rows:
+            return {"rows_with_a_correct_sample": 0, "caught_if_gold_wrong": 0, "recall": None}
+        with GradingPool(1, timeout_s=self.cfg.grader_timeout_s) as pool:  # a worker starts only for a non-plain pair
+            return suspect_recall(pool, kept["answers"].to_pylist(), kept["outcomes"].to_pylist())
+
     def _finish(self, runner: Runner, resumed: int) -> Manifest:
         kept_paths, rej_paths = shard_paths(self.out / "kept"), shard_paths(self.out / "rejected")
-        cols = ["source", "n_correct", "n_graded", "outcomes", "truncated", "response_tokens", "k", "suspect_gold"]
+        cols = ["source", "n_correct", "n_graded", "outcomes", "truncated", "response_tokens", "k", "suspect_gold",
+                "answers"]
         if self.cfg.sequential.active:
             cols += ["correct", "stop_reason", "bucket_masses"]
         kept = pa.concat_tables([pq.read_table(p, columns=cols) for p in kept_paths]) if kept_paths else None
@@ -863,6 +871,7 @@ class Estimator:
             "pass_count_histogram": hist, "sample_outcomes": outcomes,
             "truncation_rate": trunc_rate, "mean_response_tokens": mean_tokens,
             "suspect_gold": int(pc.sum(pc.fill_null(kept["suspect_gold"], False)).as_py() or 0) if kept is not None else 0,
+            "suspect_gold_check": self._suspect_check(kept),
             "pass_counts_by_source": {k: dict(sorted(v.items(), key=lambda kv: int(kv[0])))
                                       for k, v in sorted(pass_counts_by_source.items())},
             "this_run": {
@@ -957,6 +966,21 @@ def _consensus(pool: GradingPool, answers: list[str | None], outcomes: list[str]
     if n < need:
         return none
     return {"suspect_gold": True, "consensus_answer": best[0], "consensus_count": n}
+
+
+def suspect_recall(pool: GradingPool, answers: list[list], outcomes: list[list[str]]) -> dict:
+    """The suspect-gold rule's recall on a run's own samples: of the rows with a correct sample (their gold is
+    reached, so likely right), the share ``_consensus`` would flag had the gold been another answer, one no sample
+    gives (its correct samples then graded wrong, with the answers they gave). A row the model solves once in ten
+    has little to agree on; a wrong gold of a row the model never solves is not seen at all."""
+    rows = caught = 0
+    for a, o in zip(answers, outcomes, strict=True):
+        if a is None or o is None or "correct" not in o:
+            continue
+        rows += 1
+        caught += bool(_consensus(pool, a, ["wrong" if x == "correct" else x for x in o])["suspect_gold"])
+    return {"rows_with_a_correct_sample": rows, "caught_if_gold_wrong": caught,
+            "recall": round(caught / rows, 4) if rows else None}
 
 
 def _ends_report(correct: list[list[bool]], base: int) -> dict:
