@@ -206,13 +206,7 @@ def shard_work(job: ShardJob) -> tuple[int, int]:
         _save(work / f"sig_{i:05d}.npy", sig)
         rows, idh = own + job.offset, feat["idh"].to_numpy()[own]
         mine = feat.select(["numh", "digits"]).take(pa.array(own))  # no nulls: to_numpy keeps uint64
-        hi, lo = _band_keys(sig, cfg)
-        order = _key_order(hi)
-        bands = np.empty((cfg.bands, len(own)), ENTRY)
-        bands["hi"], bands["lo"] = np.take_along_axis(hi, order, 1), np.take_along_axis(lo, order, 1)
-        bands["row"], bands["idh"] = rows[order], idh[order]
-        bands["numh"], bands["cnt"] = mine["numh"].to_numpy()[order], _counts(mine["digits"])[order]
-        _save_sorted(work, f"bands_{i:05d}", bands, bands["hi"])
+        _save_bands(work, f"bands_{i:05d}", sig, cfg, rows, idh, mine["numh"].to_numpy(), _counts(mine["digits"]))
     done.write_text(json.dumps({"rows": m, "entries": int(len(own)) if cfg.near else 0}))
     return m, int(len(own)) if cfg.near else 0
 
@@ -225,14 +219,14 @@ def _mix(x: np.ndarray) -> np.ndarray:
         return x ^ (x >> np.uint64(31))
 
 
-def _band_keys(sig: np.ndarray, cfg: DedupConfig) -> tuple[np.ndarray, np.ndarray]:
-    """Each band's ``rows`` uint32 hashes as two uint64 words (equal words: equal band), ``(bands, rows)`` each. The
-    first word goes through a bijection (``_mix``): a MinHash value is a minimum, crowded near 0, and the key ranges
-    cut on its top bits."""
-    chunk = np.zeros((len(sig), cfg.bands, 4), np.uint32)  # padded to 16 bytes: a band of up to 4 hashes
-    chunk[:, :, : cfg.rows] = sig[:, : cfg.bands * cfg.rows].reshape(len(sig), cfg.bands, cfg.rows)
-    words = chunk.view(np.uint64)  # (rows, bands, 2)
-    return _mix(words[:, :, 0].T.copy()), words[:, :, 1].T.copy()
+def _band_key(sig: np.ndarray, b: int, rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """Band ``b``'s ``rows`` uint32 hashes as two uint64 words per row (equal words: equal band). The first word goes
+    through a bijection (``_mix``): a MinHash value is a minimum, crowded near 0, and the key ranges cut on its top
+    bits."""
+    chunk = np.zeros((len(sig), 4), np.uint32)
+    chunk[:, :rows] = sig[:, b * rows : (b + 1) * rows]
+    words = chunk.view(np.uint64)  # (rows, 2)
+    return _mix(words[:, 0].copy()), words[:, 1].copy()
 
 
 def _key_order(hi: np.ndarray) -> np.ndarray:
@@ -262,6 +256,27 @@ def parts_for(entries: int) -> int:
     while entries / p > PART_ENTRIES and p < RANGES:
         p *= 2
     return p
+
+
+def _save_bands(work: Path, name: str, sig: np.ndarray, cfg: DedupConfig, rows: np.ndarray, idh: np.ndarray,
+                numh: np.ndarray, cnt: np.ndarray) -> None:
+    """A shard's band entries (``ENTRY``), each band's sorted by ``_key_order``, as ``_save_sorted`` writes a
+    (bands, rows) array: band after band, with each band's key-range cuts. Built one band at a time, so that what
+    is gathered stays in cache and no (bands x rows) array is made."""
+    n = len(sig)
+    cuts = np.empty((cfg.bands, RANGES + 1), np.int64)
+    entries = np.empty(n, ENTRY)
+    tmp = work / f"{name}.bin.tmp"
+    with open(tmp, "wb") as f:
+        for b in range(cfg.bands):
+            hi, lo = _band_key(sig, b, cfg.rows)
+            order = _key_order(hi)
+            entries["hi"], entries["lo"] = hi[order], lo[order]
+            entries["row"], entries["idh"], entries["numh"], entries["cnt"] = rows[order], idh[order], numh[order], cnt[order]
+            cuts[b] = _ranges(entries["hi"].copy(), RANGES)
+            entries.tofile(f)
+    _save(work / f"{name}.cuts.npy", cuts)
+    os.replace(tmp, work / f"{name}.bin")
 
 
 def _save_sorted(work: Path, name: str, arr: np.ndarray, keys: np.ndarray) -> None:

@@ -99,9 +99,12 @@ def canonical(col: pa.Array | pa.ChunkedArray) -> pa.Array:
     (``1{,}000`` is ``1000``). Command names that carry meaning (``\\sin``, ``\\cos``, ``\\frac``, ``\\div``,
     ``\\le``) stay.
     """
-    s = pc.utf8_lower(pc.utf8_normalize(pc.fill_null(col, ""), "NFKC"))
+    # NFKC leaves ASCII as it is, and lowercasing it is ASCII's own
+    s = _by_ascii(pc.fill_null(col, ""), pc.ascii_lower, lambda x: pc.utf8_lower(pc.utf8_normalize(x, "NFKC")))
     s = _where(s, _RARE, _rare_rewrites)
-    s = pc.replace_substring_regex(s, _TYPESETTING, " ")
+    # every pattern of the typesetting begins with a backslash, "$", "~" or "&": without the others, only each "$" goes
+    s = _apply_on(s, pc.match_substring_regex(s, r"[\\~&]").to_numpy(zero_copy_only=False),
+                  lambda x: pc.replace_substring_regex(x, _TYPESETTING, " "), lambda x: pc.replace_substring(x, "$", " "))
     return _where(s, r"[0-9](?:\{,\}|,)[0-9]", _thousands)
 
 
