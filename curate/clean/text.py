@@ -29,6 +29,7 @@ _LATEX_NOISE = (
     r"|\\[,;:! ]|\$|~"
 )
 _DFRAC = r"\\[dt]frac"
+_RE2_SPACE = ("\t", "\n", "\f", "\r", " ")  # RE2's \s (not \v, not Unicode spaces): what exact_key drops
 _NON_WORD = r"[^\p{L}\p{N}]+"
 _NGRAM_BASE = np.uint64(1099511628211)  # FNV-1a 64-bit prime, used as the polynomial base
 
@@ -38,14 +39,21 @@ def exact_key(col: pa.Array | pa.ChunkedArray) -> pa.Array:
     s = pc.utf8_normalize(col, "NFKC")
     s = pc.utf8_lower(s)
     s = pc.replace_substring_regex(s, _DFRAC, r"\\frac")
-    s = pc.replace_substring_regex(s, _LATEX_NOISE, "")
-    s = pc.replace_substring_regex(s, r"\s+", "")
+    # every noise pattern begins with a backslash, "$" or "~": without the others, only each "$" goes
+    s = s.combine_chunks() if isinstance(s, pa.ChunkedArray) else s
+    s = _apply_on(s, pc.fill_null(pc.match_substring_regex(s, r"[\\~]"), False).to_numpy(zero_copy_only=False),
+                  lambda x: pc.replace_substring_regex(x, _LATEX_NOISE, ""), lambda x: pc.replace_substring(x, "$", ""))
+    for c in _RE2_SPACE:  # what RE2's \s is; removing one never joins two of another
+        s = pc.replace_substring(s, c, "")
     return s
 
 
 def content_ids(col: pa.Array | pa.ChunkedArray) -> pa.Array:
-    """Stable 16-hex-char id of each string's exact key (sha1; nulls hash as empty)."""
-    return pa.array([content_id(k or "") for k in exact_key(col).to_pylist()])
+    """Stable 16-hex-char id of each string's exact key (sha1; nulls hash as empty), hashed once per distinct key."""
+    enc = pc.dictionary_encode(pc.fill_null(exact_key(col), ""))
+    enc = enc.combine_chunks() if isinstance(enc, pa.ChunkedArray) else enc
+    ids = pa.array([content_id(k) for k in enc.dictionary.to_pylist()], pa.string())
+    return ids.take(enc.indices)
 
 
 def content_id(key: str) -> str:
@@ -370,10 +378,16 @@ _NEWLINE_DAMAGE = r"([ $({])\n(eq|abla|otin|ot|eg|leq|geq|exists|mid|parallel|su
 
 
 def repair_escapes(col: pa.Array | pa.ChunkedArray) -> tuple[pa.Array, pa.Array]:
-    """Undo JSON-escape damage to LaTeX commands; returns (repaired column, was-repaired mask)."""
-    out = col
-    for _, letter, pattern in _ESCAPE_DAMAGE:
-        out = pc.replace_substring_regex(out, pattern, "\\\\" + letter + r"\1")
-    out = pc.replace_substring_regex(out, _NEWLINE_DAMAGE, r"\1\\n\2\3")
+    """Undo JSON-escape damage to LaTeX commands; returns (repaired column, was-repaired mask). Only rows holding a
+    control character of the damage (U+0007 to U+000D) can change, so only they go through the patterns."""
+    col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+
+    def repair(x: pa.Array) -> pa.Array:
+        for _, letter, pattern in _ESCAPE_DAMAGE:
+            x = pc.replace_substring_regex(x, pattern, "\\\\" + letter + r"\1")
+        return pc.replace_substring_regex(x, _NEWLINE_DAMAGE, r"\1\\n\2\3")
+
+    out = _apply_on(col, pc.fill_null(pc.match_substring_regex(col, r"[\x07-\x0d]"), False).to_numpy(zero_copy_only=False),
+                    repair)
     changed = pc.fill_null(pc.not_equal(out, col), False)
     return out, changed

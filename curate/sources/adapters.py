@@ -48,19 +48,29 @@ def _col(t: pa.Table, name: str) -> list:
 
 
 def _year(values: list, pattern: str = r"^(\d{4})") -> list[int | None]:
-    out = []
-    for v in values:
+    def one(v):
         m = re.match(pattern, v or "")
-        out.append(int(m.group(1)) if m else None)
-    return out
+        return int(m.group(1)) if m else None
+
+    return _each_distinct(values, one)
 
 
 def _float(values: list) -> list[float | None]:
-    out = []
-    for v in values:
+    def one(v):
         m = re.search(r"-?\d+(?:\.\d+)?", v or "")
-        out.append(float(m.group(0)) if m else None)
-    return out
+        return float(m.group(0)) if m else None
+
+    return _each_distinct(values, one)
+
+
+def _each_distinct(values: list, fn: Callable) -> list:
+    """``[fn(v) for v in values]``, ``fn`` called once per distinct value (a level or difficulty column holds a
+    handful of them)."""
+    seen: dict = {}
+    try:
+        return [seen[v] if v in seen else seen.setdefault(v, fn(v)) for v in values]
+    except TypeError:  # an unhashable value: each one on its own
+        return [fn(v) for v in values]
 
 
 def _boxed(solutions: list) -> list[str | None]:

@@ -130,7 +130,13 @@ _TYPE_RULES: list[tuple[str, str]] = [
 
 
 def answer_types(col: pa.Array | pa.ChunkedArray) -> pa.Array:
-    """Vectorized ``answer_type`` over a string column (null answers give null)."""
+    """Vectorized ``answer_type`` over a string column (null answers give null), typed once per distinct answer."""
+    enc = pc.dictionary_encode(col)
+    enc = enc.combine_chunks() if isinstance(enc, pa.ChunkedArray) else enc
+    return _answer_types(enc.dictionary).take(enc.indices)
+
+
+def _answer_types(col: pa.Array) -> pa.Array:
     s = pc.utf8_trim_whitespace(col)
     out = pa.array(["expression"] * len(s), pa.string())
     for name, pattern in reversed(_TYPE_RULES):
