@@ -212,6 +212,9 @@ def ingest(
                     with run.timed("boxes"):
                         n_amb = _ambiguous_boxes(boxes, reject, detail, pool)
                     run.extra["answer_ambiguous"] = run.extra.get("answer_ambiguous", 0) + n_amb
+                if not any(reject):  # reasons are non-empty strings: the usual batch, nothing rejected
+                    run.emit(table, None)
+                    continue
                 bad = pa.array([r is not None for r in reject])
                 kept = table.filter(pc.invert(bad))
                 rej = table.filter(bad)

@@ -20,6 +20,7 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
@@ -124,7 +125,8 @@ def _stringify(table: pa.Table, row0: int) -> pa.Table:
     """All columns as strings (nested ones as JSON text), plus the bookkeeping columns."""
     cols, names = [], []
     n = table.num_rows
-    nonscalar: list[list[str]] = [[] for _ in range(n)]
+    # per row, its nested columns (built only when the table has one: most sources are flat)
+    nonscalar: list[list[str]] = [[] for _ in range(n)] if any(pa.types.is_nested(c.type) for c in table.columns) else []
     for name, col in zip(table.column_names, table.columns, strict=False):
         t = col.type
         if pa.types.is_null(t):
@@ -141,8 +143,8 @@ def _stringify(table: pa.Table, row0: int) -> pa.Table:
         names.append(name)
     cols += [
         pa.nulls(n, pa.string()),
-        pa.array([",".join(x) or None for x in nonscalar], pa.string()),
-        pa.array(range(row0, row0 + n), pa.int64()),
+        pa.array([",".join(x) or None for x in nonscalar], pa.string()) if nonscalar else pa.nulls(n, pa.string()),
+        pa.array(np.arange(row0, row0 + n, dtype=np.int64)),
         pa.nulls(n, pa.string()),
     ]
     names += ["_value", "_nonscalar", "_row", "_bad"]
