@@ -117,18 +117,24 @@ def canonical(col: pa.Array | pa.ChunkedArray) -> pa.Array:
 
 
 def _rare_rewrites(s: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
-    """The rewrites of ``canonical`` before the typesetting is removed, in order (see ``_RARE``)."""
-    s = pc.replace_substring_regex(s, _NOT_STATEMENT, " ")
-    s = pc.replace_substring_regex(s, r"\\[dt]frac", r"\\frac")
-    s = pc.replace_substring_regex(s, r"\\[dt]binom", r"\\binom")
-    s = pc.replace_substring_regex(s, r"\\frac\s*([0-9a-z])\s*([0-9a-z])", r"\\frac{\1}{\2}")
-    s = pc.replace_substring_regex(s, r"\\frac\s*([0-9a-z])\s*\{", r"\\frac{\1}{")
-    s = pc.replace_substring_regex(s, r"\\frac\s*(\{[^{}]*\})\s*([0-9a-z])", r"\\frac\1{\2}")
-    s = pc.replace_substring_regex(s, r"\\sqrt\s*([0-9a-z])", r"\\sqrt{\1}")
-    s = pc.replace_substring_regex(s, r"\^\s*\{?\s*\\circ\s*\}?|°", " deg ")
-    for pattern, word in _SYNONYMS:
-        s = pc.replace_substring_regex(s, pattern, word)
+    """The rewrites of ``canonical`` before the typesetting is removed, in order (see ``_RARE``), each on the rows its
+    pattern matches only (matching costs a fraction of replacing, and a row it does not match it leaves as is)."""
+    for pattern, repl in _RARE_REWRITES:
+        s = _where(s, pattern, lambda x, p=pattern, r=repl: pc.replace_substring_regex(x, p, r))
     return s
+
+
+_RARE_REWRITES = [
+    (_NOT_STATEMENT, " "),
+    (r"\\[dt]frac", r"\\frac"),
+    (r"\\[dt]binom", r"\\binom"),
+    (r"\\frac\s*([0-9a-z])\s*([0-9a-z])", r"\\frac{\1}{\2}"),
+    (r"\\frac\s*([0-9a-z])\s*\{", r"\\frac{\1}{"),
+    (r"\\frac\s*(\{[^{}]*\})\s*([0-9a-z])", r"\\frac\1{\2}"),
+    (r"\\sqrt\s*([0-9a-z])", r"\\sqrt{\1}"),
+    (r"\^\s*\{?\s*\\circ\s*\}?|°", " deg "),
+    *_SYNONYMS,
+]
 
 
 def _thousands(s: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
