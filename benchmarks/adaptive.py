@@ -33,11 +33,12 @@ from curate.difficulty.adaptive import (
     AdaptiveConfig,
     calibration_error,
     cross_fit_priors,
-    decide,
     fit_prior,
     grid,
     observed_bucket,
+    true_bucket,
 )
+from curate.difficulty.adaptive import simulate_rule as adaptive
 
 SHAPES = {
     "uniform": lambda rng, n: rng.uniform(0, 1, n),
@@ -52,53 +53,9 @@ SHAPES = {
 FAMILIES = ("jeffreys", "fitted", "store", "oracle")
 
 
-def true_bucket(p: np.ndarray, edges) -> np.ndarray:
-    """Index into BUCKETS of each true rate: the cut of ``observed_bucket`` (p < e0, then p <= e1, e2, e3, above)."""
-    conds = [p < edges[0], p <= edges[1], p <= edges[2], p <= edges[3]]
-    return np.select(conds, [0, 1, 2, 3], default=len(BUCKETS) - 1)
-
-
 def fixed(p: np.ndarray, k: int, rng, edges) -> tuple[np.ndarray, float]:
     c = rng.binomial(k, p)
     return np.array([BUCKETS.index(observed_bucket(int(x), k, edges)) for x in c]), float(k)
-
-
-def _tables(cfg: AdaptiveConfig, prior) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """For every (correct, n) the rule can see: stop?, the bucket given, and the mass it was given."""
-    stop = np.zeros((cfg.k_max + 1, cfg.k_max + 1), bool)
-    bucket = np.zeros_like(stop, dtype=int)
-    conf = np.zeros(stop.shape)
-    for n in range(cfg.k_first, cfg.k_max + 1):
-        for c in range(n + 1):
-            dec = decide(c, n, cfg, prior)
-            stop[c, n], bucket[c, n] = dec.stop, BUCKETS.index(dec.bucket)
-            conf[c, n] = max(dec.masses)
-    return stop, bucket, conf
-
-
-def adaptive(p: np.ndarray, cfg: AdaptiveConfig, rng, priors=None, fold=None, u=None):
-    """(buckets given, mean samples, the mass each bucket was given) of the sequential rule on true rates ``p``.
-
-    ``priors``: Jeffreys (None), one prior for every problem, or one per fold (``fold``: each problem's fold, its
-    prior fitted on the other folds). ``u``: the uniforms that decide each sample (the i-th sample of problem j is
-    ``u[j, i] < p[j]``), shared across rules so that they see the same draws."""
-    u = rng.uniform(size=(len(p), cfg.k_max)) if u is None else u
-    hits = np.c_[np.zeros(len(p), int), (u < p[:, None]).cumsum(axis=1)]  # hits[j, n]: correct in the first n
-    if priors is None or not isinstance(priors, dict):
-        groups = {0: (np.arange(len(p)), _tables(cfg, priors))}
-    else:
-        groups = {f: (np.flatnonzero(fold == f), _tables(cfg, w)) for f, w in priors.items()}
-    out, used, conf = np.empty(len(p), int), np.empty(len(p), int), np.empty(len(p))
-    for idx, (stop, bucket, mass) in groups.values():
-        n = np.full(len(idx), cfg.k_first)
-        live = np.ones(len(idx), bool)
-        while live.any():
-            c = hits[idx, n]
-            done = live & stop[c, n]
-            out[idx[done]], conf[idx[done]], used[idx[done]] = bucket[c[done], n[done]], mass[c[done], n[done]], n[done]
-            live &= ~done
-            n = np.where(live, np.minimum(n + cfg.k_step, cfg.k_max), n)
-    return out, float(used.mean()), conf
 
 
 def first_round_priors(p: np.ndarray, cfg: AdaptiveConfig, u: np.ndarray, seed: int):

@@ -69,6 +69,22 @@ def make_plots(card: dict, out: Path) -> list[str]:
             ax.set_ylabel("pass rate")
             ax.set_ylim(-0.05, 1.05)
             made.append(_save(fig, out / "pass_rate_by_level.png"))
+        rel = (diff.get("sequential") or {}).get("reliability")
+        if rel and rel.get("bins"):
+            fig, ax = plt.subplots(figsize=(4.6, 4.2))
+            ax.plot([0, 1], [0, 1], color="#999999", lw=1, ls="--", label="calibrated")
+            xs, ys = [b["mean_mass"] for b in rel["bins"]], [b["share_right"] for b in rel["bins"]]
+            ax.plot(xs, ys, marker="o", color="#c44e52", label=f"this run's rule (ECE {rel['ece']})")
+            for b in rel["bins"]:
+                ax.annotate(f"{b['problems']:,}", (b["mean_mass"], b["share_right"]), fontsize=6,
+                            textcoords="offset points", xytext=(3, -9))
+            ax.set_xlim(0, 1.02)
+            ax.set_ylim(0, 1.02)
+            ax.set_xlabel("mass given to the bucket chosen")
+            ax.set_ylabel("share whose bucket is the true one")
+            ax.set_title("Bucket masses: reliability (model of this run)", fontsize=9)
+            ax.legend(fontsize=7, loc="upper left")
+            made.append(_save(fig, out / "reliability.png"))
 
     src = card.get("sources", {})
     if src:
@@ -398,6 +414,16 @@ def render_body(card: dict, plots: list[str], with_data: bool = True) -> str:
                      + (f"; of {seq['ends']['none_correct_at_base']} problems with no correct sample in the first "
                         f"{seq['ends']['base_samples']}, {seq['ends']['of_them_solved_later']} were solved later"
                         if seq.get("ends") else "") + ".\n")
+            rel = seq.get("reliability")
+            if rel:
+                prior = (seq.get("prior") or {}).get("kind", "jeffreys")
+                p.append(f"Can the stored `bucket_masses` be read as probabilities? On a model of this run "
+                         f"({rel['problems']:,} problems drawn from the population fitted to its {rel['fitted_on_rows']:,} "
+                         f"rows' counts, through its stopping rule and its {prior} prior), the bucket chosen is the true "
+                         f"one for {rel['accuracy']:.1%} of problems, and the mass it was given is off by {rel['ece']} "
+                         "on average (expected calibration error; plot `reliability.png`)"
+                         + (": under the Jeffreys prior they are masses, not probabilities; `--prior store` calibrates "
+                            "them." if prior == "jeffreys" and rel["ece"] > 0.05 else ".") + "\n")
         sus = d.get("suspect_gold") or {}
         chk = sus.get("check") or {}
         caught = (f"Had a gold been wrong, the rule would have caught it on {chk['caught_if_gold_wrong']:,} of the "

@@ -138,6 +138,8 @@ def test_adaptive_estimation_draws_in_rounds_until_decided(tmp_path, rates_input
     assert m.stats["this_run"]["samples"] == 16 + 16 + 24 + 24
     for r in rows.values():
         assert len(r["outcomes"]) == len(r["correct"]) == r["k"] and r["pass_rate"] == pytest.approx(r["n_correct"] / r["k"])
+    rel = m.stats["sequential"]["reliability"]  # the card's reliability plot reads this
+    assert rel["fitted_on_rows"] == 4 and sum(b["problems"] for b in rel["bins"]) == rel["problems"] == 20_000
 
 
 def test_fixed_k_with_resampled_ends(tmp_path, rates_input):
@@ -215,6 +217,22 @@ def test_fitted_prior_and_calibration_error_by_hand():
     # two problems given 0.95 (one right): |0.5 - 0.95| = 0.45; two given 0.55, both right: |1 - 0.55| = 0.45
     assert calibration_error([0.95, 0.95, 0.55, 0.55], [1, 0, 1, 1]) == pytest.approx(0.45)
     assert calibration_error([0.8] * 5, [1, 1, 1, 1, 0]) == pytest.approx(0.0)
+
+
+def test_reliability_check_of_a_run_whose_problems_are_never_solved():
+    """200 rows at 0 of 10: the fitted population is almost all at p = 0. Under Jeffreys a problem stops at 0 of 4
+    with the mass I_0.1(1/2, 9/2) = 0.657 on "unsolved" (>= 1 - delta = 0.6), and is right far more often than that:
+    the masses are not probabilities. Under the prior fitted on the same counts they are."""
+    from curate.difficulty.adaptive import fit_prior, reliability_check
+
+    cfg = AdaptiveConfig(adaptive=True)
+    jeff = reliability_check([0] * 200, [10] * 200, cfg)
+    top = max(jeff["bins"], key=lambda b: b["problems"])
+    assert masses(0, 4)[0] == pytest.approx(0.6566, abs=1e-4) and top["bin"] == [0.6, 0.7]
+    assert top["problems"] > 19_000 and abs(top["mean_mass"] - masses(0, 4)[0]) < 0.005
+    assert top["share_right"] > 0.95 and jeff["ece"] > 0.25
+    fitted = reliability_check([0] * 200, [10] * 200, cfg, fit_prior([0] * 200, [10] * 200))
+    assert fitted["ece"] < 0.01 and fitted["accuracy"] == pytest.approx(jeff["accuracy"], abs=0.01)
 
 
 def test_adaptive_estimation_with_the_store_prior(tmp_path):

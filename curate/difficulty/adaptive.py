@@ -243,3 +243,80 @@ def calibration_error(confidence, hit, bins: int = 10) -> float:
         if sel.any():
             err += sel.mean() * abs(ok[sel].mean() - conf[sel].mean())
     return float(err)
+
+
+# ---- the stopping rule simulated on known rates (pure numpy): benchmarks/adaptive.py and a run's reliability check
+def true_bucket(p, edges: tuple[float, ...] = EDGES):
+    """Index into BUCKETS of each true rate: the cut of ``observed_bucket`` (p < e0, then p <= e1, e2, e3, above)."""
+    import numpy as np
+
+    conds = [p < edges[0], p <= edges[1], p <= edges[2], p <= edges[3]]
+    return np.select(conds, [0, 1, 2, 3], default=len(BUCKETS) - 1)
+
+
+def rule_tables(cfg: AdaptiveConfig, prior=None):
+    """For every (correct, n) the rule can see: stop?, the bucket given (its index), and the mass it was given."""
+    import numpy as np
+
+    stop = np.zeros((cfg.k_max + 1, cfg.k_max + 1), bool)
+    bucket = np.zeros_like(stop, dtype=int)
+    conf = np.zeros(stop.shape)
+    for n in range(cfg.k_first, cfg.k_max + 1):
+        for c in range(n + 1):
+            dec = decide(c, n, cfg, prior)
+            stop[c, n], bucket[c, n] = dec.stop, BUCKETS.index(dec.bucket)
+            conf[c, n] = max(dec.masses)
+    return stop, bucket, conf
+
+
+def simulate_rule(p, cfg: AdaptiveConfig, rng, priors=None, fold=None, u=None):
+    """(buckets given, mean samples, the mass each bucket was given) of the sequential rule on true rates ``p``.
+
+    ``priors``: Jeffreys (None), one prior for every problem, or one per fold (``fold``: each problem's fold, its
+    prior fitted on the other folds). ``u``: the uniforms that decide each sample (the i-th sample of problem j is
+    ``u[j, i] < p[j]``), shared across rules so that they see the same draws."""
+    import numpy as np
+
+    u = rng.uniform(size=(len(p), cfg.k_max)) if u is None else u
+    hits = np.c_[np.zeros(len(p), int), (u < p[:, None]).cumsum(axis=1)]  # hits[j, n]: correct in the first n
+    if priors is None or not isinstance(priors, dict):
+        groups = {0: (np.arange(len(p)), rule_tables(cfg, priors))}
+    else:
+        groups = {f: (np.flatnonzero(fold == f), rule_tables(cfg, w)) for f, w in priors.items()}
+    out, used, conf = np.empty(len(p), int), np.empty(len(p), int), np.empty(len(p))
+    for idx, (stop, bucket, mass) in groups.values():
+        n = np.full(len(idx), cfg.k_first)
+        live = np.ones(len(idx), bool)
+        while live.any():
+            c = hits[idx, n]
+            done = live & stop[c, n]
+            out[idx[done]], conf[idx[done]], used[idx[done]] = bucket[c[done], n[done]], mass[c[done], n[done]], n[done]
+            live &= ~done
+            n = np.where(live, np.minimum(n + cfg.k_step, cfg.k_max), n)
+    return out, float(used.mean()), conf
+
+
+RELIABILITY_PROBLEMS = 20_000  # simulated problems of a run's reliability check (accuracy to about 0.003)
+
+
+def reliability_check(correct, n, cfg: AdaptiveConfig, prior=None, problems: int = RELIABILITY_PROBLEMS,
+                      seed: int = 0, bins: int = 10) -> dict:
+    """How far a run's stored bucket masses can be read as probabilities, on a model of its own problems: pass rates
+    drawn from the population fitted to the run's counts (``fit_prior``: NPMLE, smoothed) are run through the run's
+    stopping rule with the run's prior (None: Jeffreys), and the mass each simulated problem's bucket was given is
+    set against how often that bucket is the true one, per equal-width mass bin (a reliability diagram), with the
+    expected calibration error. Model-based: it holds as far as the fitted population is the run's."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    w = fit_prior(correct, n)
+    p = rng.choice(grid(len(w)), size=problems, p=w / w.sum())
+    given, samples, conf = simulate_rule(p, cfg, rng, prior)
+    hit = given == true_bucket(p, cfg.edges)
+    b = np.minimum((conf * bins).astype(int), bins - 1)
+    rows = [{"bin": [k / bins, (k + 1) / bins], "problems": int((b == k).sum()),
+             "mean_mass": round(float(conf[b == k].mean()), 4), "share_right": round(float(hit[b == k].mean()), 4)}
+            for k in range(bins) if (b == k).any()]
+    return {"problems": problems, "seed": seed, "fitted_on_rows": int(len(np.asarray(correct))),
+            "ece": round(calibration_error(conf, hit, bins), 4), "accuracy": round(float(hit.mean()), 4),
+            "mean_samples": round(samples, 3), "bins": rows}

@@ -47,7 +47,14 @@ from curate.core.runner import Runner, StageError, input_entries, reject_table
 from curate.core.schema import SCHEMA, conform
 from curate.core.shards import file_sha256, shard_paths, stage_dir, write_json_atomic
 from curate.difficulty import templates
-from curate.difficulty.adaptive import MIN_PRIOR_ROWS, AdaptiveConfig, fit_prior, grid_masses, next_round
+from curate.difficulty.adaptive import (
+    MIN_PRIOR_ROWS,
+    AdaptiveConfig,
+    fit_prior,
+    grid_masses,
+    next_round,
+    reliability_check,
+)
 from curate.difficulty.engines import Completion, GenRequest, Sampler, SamplingConfig, make_sampler
 from curate.difficulty.grading import GRADER_VERSION, OUTCOMES, GradingPool, cut_off_unanswered, final_answer
 
@@ -816,9 +823,14 @@ class Estimator:
             out["posterior_buckets"] = dict(Counter(BUCKETS[max(range(len(p)), key=p.__getitem__)] for p in probs))
         if seq.adaptive:
             saved = self.out / "prior.json"
-            if self.info.prior is None and saved.exists():  # nothing left to generate: the prior the rows stopped under
-                self.info.prior = {k: v for k, v in json.loads(saved.read_text()).items() if k != "weights"}
+            weights = self._prior
+            if saved.exists() and (self.info.prior is None or weights is None):  # resumed with nothing to generate
+                rec = json.loads(saved.read_text())
+                self.info.prior = self.info.prior or {k: v for k, v in rec.items() if k != "weights"}
+                weights = rec.get("weights")
             out["prior"] = self.info.prior or {"kind": "jeffreys"}
+            # the stored masses read as probabilities? on a model of the run's own problems (adaptive.reliability_check)
+            out["reliability"] = reliability_check(t["n_correct"].to_pylist(), ks, seq, weights)
         if seq.resample_ends:
             out["ends"] = _ends_report(t["correct"].to_pylist(), seq.k_first if seq.adaptive else self.cfg.sampling.k)
         return out
