@@ -9,18 +9,21 @@ as they are and only the grading changes. Each sample is graded again, against t
 ``GradingPool`` as in the estimator, from its response when the run kept them (``--keep-responses``). Otherwise
 the stored answer is used, boxed.
 
-- **Recall.** Every row the model solves sometimes (0 < n_correct) gets a wrong gold, once of each kind:
+- **Recall.** Every row gets a wrong gold, once of each kind:
   - ``mixup``: another row's gold from the same source, one that is another answer (a row paired with the wrong
     key);
   - ``typo``: the gold's last number changed by 1 or 2 (a slip in copying).
 
-  The share of rows flagged is the recall. It is split by how often the model solved the row, because a row the
-  model solves once in ten has little to agree on.
+  The share of rows flagged is the recall, split by how often the model solved the row with its own gold: a row
+  the model never solves flags with a wrong gold exactly as with its own one (its samples agree on a slip, or
+  not), and a row it solves once in ten has little to agree on.
 - **False flags.** Every row with its own gold (``--scored`` rows, and ``--exact`` rows, whose golds are exact by
   construction) is read with the stored outcomes. On ``--exact`` rows every flag is a false one. On real rows a
-  flag may be a real gold error, so each flagged real row is printed for reading.
-- **Precision** at a stated share of corrupted golds pi: pi R / (pi R + (1 - pi) F), with R the recall and F the
-  false-flag rate.
+  flag may be a real gold error, so each flagged real row is printed for reading. Rule 2 never flags a row with a
+  correct sample: on rows the model solves sometimes its precision is 1 by construction, and its false flags all
+  come from rows it never solves.
+- **Precision** of a set where each gold is wrong with chance pi, whatever the row: pi R / (pi R + (1 - pi) F),
+  with R the recall over all rows and F the false-flag rate over all rows.
 
     python benchmarks/suspect_gold.py --scored /tmp/sg/est_a --exact runs/demo/stages/5_difficulty \\
         --exact /tmp/learn_full/scored --json benchmarks/results/suspect_gold.json
@@ -33,14 +36,14 @@ import json
 import random
 import re
 import sys
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 REGRADED = ("correct", "wrong", "timeout")  # outcomes that depend on the gold; no_answer and truncated do not
 _LAST_NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?!.*\d)", re.S)
-BANDS = ((0.0, 0.3), (0.3, 0.6), (0.6, 1.0))  # the model's pass rate on the row, with its own gold
+BANDS = ((0.0, 0.3), (0.3, 0.6), (0.6, 1.0))  # the model's pass rate on the row, with its own gold (0 apart)
 
 
 def load(folder: Path) -> tuple[list[dict], dict[str, list[str]]]:
@@ -59,7 +62,8 @@ def load(folder: Path) -> tuple[list[dict], dict[str, list[str]]]:
         by: dict[str, dict[int, str]] = defaultdict(dict)
         for r in pq.read_table(rfiles, columns=["id", "sample", "text"]).to_pylist():
             by[r["id"]][r["sample"]] = r["text"]
-        texts = {i: [d[s] for s in sorted(d)] for i, d in by.items()}
+        twice = {i for i, c in Counter(r["id"] for r in rows).items() if c > 1}  # one id, two rows: whose texts?
+        texts = {i: [d[s] for s in sorted(d)] for i, d in by.items() if i not in twice}
     return rows, texts
 
 
@@ -115,7 +119,7 @@ def band_of(p: float) -> str:
     for lo, hi in BANDS:
         if lo < p <= hi:
             return f"({lo}, {hi}]"
-    return "0"
+    return "never solved"
 
 
 def main() -> None:
@@ -152,13 +156,13 @@ def main() -> None:
                                               "n_correct": r["n_correct"], "k": r["n_graded"], "rule2": f2,
                                               "answers": r["answers"], "problem": r["problem"][:300]}
                                              for r, f2, _ in flagged]}
-                # recall: each sometimes-solved row corrupted once of each kind
+                # recall: each row corrupted once of each kind
                 some = [r for r in rows if 0 < r["n_correct"]]
                 rec: dict = {}
                 for kind in ("mixup", "typo"):
                     hits: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])  # band -> [rows, rule 2, rule 1]
                     tried = 0
-                    for r in some:
+                    for r in rows:
                         if kind == "typo":
                             bad = typo(r["answer"] or "", rng)
                         else:
@@ -171,22 +175,24 @@ def main() -> None:
                         tried += 1
                         outs = regraded(pool, bad, r, texts.get(r["id"]))
                         f2, f1 = rules(pool, r["answers"], outs)
-                        for b in ("all", band_of(r["n_correct"] / max(r["n_graded"], 1))):
+                        band = band_of(r["n_correct"] / max(r["n_graded"], 1))
+                        for b in ("all", band) + (("sometimes solved",) if r["n_correct"] else ()):
                             hits[b][0] += 1
                             hits[b][1] += f2
                             hits[b][2] += f1
                     rec[kind] = {b: {"rows": n, "recall_rule2": round(x2 / n, 3), "ci_rule2": wilson(x2, n),
                                      "recall_rule1": round(x1 / n, 3)} for b, (n, x2, x1) in sorted(hits.items())}
-                    rec[kind]["all"]["corrupted"] = tried
+                    if "all" in rec[kind]:
+                        rec[kind]["all"]["corrupted"] = tried
                 pop["sometimes_solved"] = len(some)
                 pop["recall"] = rec
-                n = len(rows)
+                n = max(len(rows), 1)
                 f2n, f1n = pop["own_gold"]["flag_rule2"], pop["own_gold"]["flag_rule1"]
                 pop["own_gold"].update({"rate_rule2": round(f2n / n, 4), "ci_rule2": wilson(f2n, n),
                                         "rate_rule1": round(f1n / n, 4)})
                 prec = {}
                 for pi in pis:
-                    for kind in rec:
+                    for kind in (k for k in rec if "all" in rec[k]):
                         r2, r1 = rec[kind]["all"]["recall_rule2"], rec[kind]["all"]["recall_rule1"]
                         p2 = pi * r2 / (pi * r2 + (1 - pi) * f2n / n) if r2 or f2n else None
                         p1 = pi * r1 / (pi * r1 + (1 - pi) * f1n / n) if r1 or f1n else None

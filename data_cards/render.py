@@ -415,7 +415,7 @@ def render_body(card: dict, plots: list[str], with_data: bool = True) -> str:
                         f"{seq['ends']['base_samples']}, {seq['ends']['of_them_solved_later']} were solved later"
                         if seq.get("ends") else "") + ".\n")
             rel = seq.get("reliability")
-            if rel:
+            if rel and "ece" in rel:
                 prior = (seq.get("prior") or {}).get("kind", "jeffreys")
                 p.append(f"Can the stored `bucket_masses` be read as probabilities? On a model of this run "
                          f"({rel['problems']:,} problems drawn from the population fitted to its {rel['fitted_on_rows']:,} "
@@ -426,11 +426,15 @@ def render_body(card: dict, plots: list[str], with_data: bool = True) -> str:
                             "them." if prior == "jeffreys" and rel["ece"] > 0.05 else ".") + "\n")
         sus = d.get("suspect_gold") or {}
         chk = sus.get("check") or {}
-        caught = (f"Had a gold been wrong, the rule would have caught it on {chk['caught_if_gold_wrong']:,} of the "
-                  f"{chk['rows_with_a_correct_sample']:,} rows with a correct sample ({chk['recall']:.0%}, this run's "
-                  "own samples with the correct ones graded wrong); a wrong gold of a row the model never solves is not "
-                  "seen. Flags are not proof: a model's systematic slip looks the same (false flags on exact golds "
-                  "are measured in the README).\n" if chk.get("recall") is not None else "")
+        caught = ""
+        if chk.get("recall") is not None:
+            checked, solved = chk.get("rows_checked", chk["rows_with_a_correct_sample"]), chk["rows_with_a_correct_sample"]
+            of = (f"{checked:,} rows with a correct sample" if checked == solved else
+                  f"{checked:,} rows read of the {solved:,} with a correct sample")
+            caught = (f"Had a gold been wrong, the rule would have caught it on {chk['caught_if_gold_wrong']:,} of the "
+                      f"{of} ({chk['recall']:.0%}: this run's own samples, the correct ones graded wrong); a wrong gold "
+                      "of a row the model never solves is not seen. A flag is not proof: a model's systematic slip looks "
+                      "the same (false flags on exact golds are measured in the README).\n")
         if sus.get("rows"):
             p.append(f"**Suspect gold answers.** On {sus['rows']:,} rows no sample is graded correct and a clear majority "
                      "(at least 3 samples and at least half) agree on one answer that math-verify finds different from "

@@ -49,7 +49,8 @@ def test_changed_golds_are_flagged_by_the_samples_consensus(real_data, tmp_path)
         assert r["answers"][4:] == ["7", None]  # the per-sample final answers are kept; no box, no answer
     assert m.stats["suspect_gold"] == 3
     # the three rows with their own gold have 4 correct of 6, one answer (4 >= max(3, 6/2)): a wrong gold is caught
-    assert m.stats["suspect_gold_check"] == {"rows_with_a_correct_sample": 3, "caught_if_gold_wrong": 3, "recall": 1.0}
+    assert m.stats["suspect_gold_check"] == {"rows_with_a_correct_sample": 3, "rows_checked": 3, "caught_if_gold_wrong": 3,
+                                             "recall": 1.0}
 
     kept_all = export([tmp_path / "est"], tmp_path / "all", ExportConfig(include_ends=True))
     dropped = export([tmp_path / "est"], tmp_path / "drop", ExportConfig(include_ends=True, drop_suspect_gold=True))
@@ -95,7 +96,11 @@ def test_recall_on_a_runs_own_samples(real_data, tmp_path):
     ]
     with GradingPool(1) as pool:
         got = suspect_recall(pool, [a for a, _ in rows], [o for _, o in rows])
-    assert got == {"rows_with_a_correct_sample": 4, "caught_if_gold_wrong": 3, "recall": 0.75}
+    assert got == {"rows_with_a_correct_sample": 4, "rows_checked": 4, "caught_if_gold_wrong": 3, "recall": 0.75}
+    # read at most ``limit`` of them, evenly spread: rows 0 and 2 of the four (both caught)
+    with GradingPool(1) as pool:
+        assert suspect_recall(pool, [a for a, _ in rows], [o for _, o in rows], limit=2) == {
+            "rows_with_a_correct_sample": 4, "rows_checked": 2, "caught_if_gold_wrong": 2, "recall": 1.0}
 
 
 def test_the_card_lists_suspect_golds(real_data, tmp_path):

@@ -182,6 +182,8 @@ def tokens(col: pa.Array | pa.ChunkedArray, canon: pa.Array | None = None) -> pa
     """
     s = canonical(col) if canon is None else canon
     s = s.combine_chunks() if isinstance(s, pa.ChunkedArray) else s
+    if not pa.types.is_string(s.type):  # large_string: the regex passes, which keep its type
+        return _regex_tokens(s)
     # canonical text is lowercase; a row with a capital (a caller's own text) takes the regex passes, which do not
     # split "2A" as they split "2a"
     fast = pc.and_(pc.string_is_ascii(s), pc.invert(pc.match_substring_regex(s, "[A-Z]")))
@@ -215,8 +217,6 @@ def _ascii_tokens(s: pa.Array) -> pa.ListArray:
     operator. A backslash separates like any other byte, which is what dropping the backslash of a command name
     (``\\sin`` -> `` sin ``) does in the regex passes."""
     n = len(s)
-    if pa.types.is_large_string(s.type):
-        s = s.cast(pa.string())
     _, off_buf, data_buf = s.buffers()
     offs = np.frombuffer(off_buf, np.int32, n + 1, s.offset * 4).astype(np.int64) if n else np.zeros(1, np.int64)
     base = int(offs[0])
