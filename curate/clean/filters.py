@@ -18,6 +18,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -67,6 +68,29 @@ def _any(*masks: pa.Array) -> pa.Array:
 
 def _blank(col: pa.ChunkedArray | pa.Array) -> pa.Array:
     return pc.fill_null(pc.equal(pc.utf8_trim_whitespace(col), ""), True)
+
+
+def _one_of(*patterns: str) -> str:
+    """One RE2 pattern that matches where any of ``patterns`` does: a regex pass costs about the same per row
+    whatever it holds, so one pass of the alternation replaces one pass each. A leading inline flag group
+    (``(?i)``, ``(?m)``) is scoped to its own pattern."""
+    parts = []
+    for x in patterns:
+        m = re.match(r"\(\?([a-zA-Z]+)\)", x)
+        parts.append(f"(?{m.group(1)}:{x[m.end():]})" if m else f"(?:{x})")
+    return "|".join(parts)
+
+
+def _and_on(mask: pa.Array | pa.ChunkedArray, t: pa.Table, fn) -> pa.Array:
+    """``mask AND fn(t)`` with ``fn`` (a row-wise test of a table, no nulls) run on the rows ``mask`` holds only:
+    most rows fail the first, cheap test, and the rest of the tests need not read them."""
+    mask = mask.combine_chunks() if isinstance(mask, pa.ChunkedArray) else mask
+    if not pc.any(mask).as_py():
+        return mask
+    at = pc.indices_nonzero(mask)
+    out = np.zeros(len(mask), bool)
+    out[at.to_numpy()] = fn(t.take(at)).to_numpy(zero_copy_only=False)
+    return pa.array(out)
 
 
 # --- patterns (RE2 syntax) -----------------------------------------------------------------------------
@@ -203,26 +227,36 @@ def _letter_is_an_object(problem: str, answer: str) -> bool:
     return any(re.search(rf"(?<![A-Za-z\\])[A-Z]*{x}[A-Z]*(?![A-Za-z])", m) for m in re.findall(r"\$[^$]+\$", text))
 
 
+_MCQ_ANY = _one_of(_MCQ_OPTIONS, _MCQ_LINES, _MCQ_BARE_LINES, _MCQ_PHRASE, _MCQ_ENTER_ONE_OF)
+
+
 def _mcq(t: pa.Table, c: FilterConfig) -> pa.Array:
     a = t["answer"]
-    p = pc.replace_substring_regex(t["problem"], _ASY, " ")
+    p = t["problem"]
+    has_asy = pc.fill_null(pc.match_substring(p, "[asy]"), False)
+    if pc.any(has_asy).as_py():  # the drawing code out, of the rows that hold some (_ASY needs "[asy]")
+        p = p.combine_chunks() if isinstance(p, pa.ChunkedArray) else p
+        at = pc.indices_nonzero(has_asy)
+        index = np.arange(len(p))
+        index[at.to_numpy()] = len(p) + np.arange(len(at))
+        p = pa.concat_arrays([p, pc.replace_substring_regex(p.take(at), _ASY, " ")]).take(pa.array(index))
     letter = _re(a, _MCQ_ANSWER)
     if pc.any(letter).as_py():  # few rows: decided one by one
         ps, as_ = p.to_pylist(), a.to_pylist()
         flags = letter.to_pylist()
         letter = pa.array([bool(f) and not _letter_is_an_object(ps[i] or "", as_[i] or "")
                            for i, f in enumerate(flags)], pa.bool_())
+    lower = pa.table({"p": p, "a": a})
     return _any(
-        _re(p, _MCQ_OPTIONS), _re(p, _MCQ_LINES), _re(p, _MCQ_BARE_LINES), _re(p, _MCQ_PHRASE), letter,
-        _re(p, _MCQ_ENTER_ONE_OF),
-        pc.and_(_re(p, _MCQ_OPTIONS_LOWER), _re(a, _MCQ_ANSWER_LOWER)),
+        _re(p, _MCQ_ANY), letter,
+        _and_on(_re(p, _MCQ_OPTIONS_LOWER), lower, lambda x: _re(x["a"], _MCQ_ANSWER_LOWER)),
         _qtype(t, r"(?i)^\s*(?:mcq|multiple[- _]?choice)\s*$"),
     )
 
 
 def _proof(t: pa.Table, c: FilterConfig) -> pa.Array:
     p = t["problem"]
-    asked = pc.and_(_re(p, _PROOF), pc.invert(_re(p, _ASKS_VALUE)))
+    asked = _and_on(_re(p, _PROOF), t, lambda x: pc.invert(_re(x["problem"], _ASKS_VALUE)))
     return _any(asked, _re(t["answer"], _PROOF_ANSWER), _qtype(t, r"(?i)^\s*proof\s*$"))
 
 
@@ -233,13 +267,16 @@ def _count(col: pa.ChunkedArray | pa.Array, pattern: str) -> pa.Array:
 def _yesno(t: pa.Table, c: FilterConfig) -> pa.Array:
     p, a = t["problem"], t["answer"]
     # "outputs TRUE or FALSE. How many programs are there?" asks for a number
-    asks_tf = pc.and_(_re(p, _YESNO_PROBLEM), pc.invert(_re(p, _OTHER_ASK)))
+    asks_tf = _and_on(_re(p, _YESNO_PROBLEM), t, lambda x: pc.invert(_re(x["problem"], _OTHER_ASK)))
+
     # "Determine whether the series converges": the only ask is a whether (no find/compute/how many, and every
     # "determine" is a "determine whether")
-    only_whether = pc.and_(_re(p, _WHETHER), pc.invert(_re(p, _OTHER_ASK)))
-    only_whether = pc.and_(only_whether, pc.equal(_count(p, _DETERMINE_ANY), _count(p, _DETERMINE_WHETHER)))
-    only_whether = pc.and_(only_whether, pc.invert(_re(a, _CONDITION_ANSWER)))
-    return _any(_re(a, _YESNO_ANSWER), asks_tf, only_whether)
+    def only(x: pa.Table) -> pa.Array:
+        q = x["problem"]
+        out = pc.and_(pc.invert(_re(q, _OTHER_ASK)), pc.equal(_count(q, _DETERMINE_ANY), _count(q, _DETERMINE_WHETHER)))
+        return pc.and_(out, pc.invert(_re(x["answer"], _CONDITION_ANSWER)))
+
+    return _any(_re(a, _YESNO_ANSWER), asks_tf, _and_on(_re(p, _WHETHER), t, only))
 
 
 _FAMILIES = [
@@ -306,9 +343,12 @@ def _multipart(t: pa.Table, c: FilterConfig) -> pa.Array:
 
 
 def _figure_missing(t: pa.Table, pattern: str) -> pa.Array:
-    p = t["problem"]
-    in_text = pc.and_(_re(p, _SHOWN_IN_TEXT), _re(p, _WRITTEN_OUT))
-    return pc.and_(_re(p, pattern), pc.invert(_any(_re(p, _FIGURE_PRESENT), in_text)))
+    def absent(x: pa.Table) -> pa.Array:
+        q = x["problem"]
+        in_text = pc.and_(_re(q, _SHOWN_IN_TEXT), _re(q, _WRITTEN_OUT))
+        return pc.invert(_any(_re(q, _FIGURE_PRESENT), in_text))
+
+    return _and_on(_re(t["problem"], pattern), t, absent)
 
 
 def _figure(t: pa.Table, c: FilterConfig) -> pa.Array:
