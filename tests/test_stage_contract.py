@@ -80,6 +80,23 @@ def test_a_folder_gradus_did_not_write_is_never_touched(tmp_path, src):
     assert (tmp_path / "f" / "thesis.tex").exists()
 
 
+def test_a_claim_killed_before_its_marker_landed_is_taken_again(tmp_path, src):
+    """A run killed between writing the marker's temporary file and renaming it leaves that file alone in the folder
+    (the marker is written before any data): the next run takes the folder; next to a user's file it still refuses."""
+    out = tmp_path / "ing"
+    out.mkdir()
+    (out / (MARKER + ".tmp")).write_text('{"stage": "ing')  # cut off mid-write
+    m = ingest(str(src), out)
+    assert (m.rows_in, m.rows_kept) == (31, 31) and not (out / (MARKER + ".tmp")).exists()
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / (MARKER + ".tmp")).write_text("{}")
+    (mine / "thesis.tex").write_text("years of work")
+    with pytest.raises(StageError, match="gradus did not write"):
+        ingest(str(src), mine)
+    assert sorted(p.name for p in mine.iterdir()) == [MARKER + ".tmp", "thesis.tex"]
+
+
 def test_export_refuses_a_user_folder_and_its_own_input(tmp_path, src):
     scored = _scored(tmp_path)
     user = tmp_path / "user"

@@ -257,6 +257,10 @@ class Runner:
         if not self.out.is_dir():
             return
         entries = sorted(e.name for e in self.out.iterdir())
+        if entries == [MARKER + ".tmp"] and (self.out / entries[0]).is_file():
+            # a run killed while it claimed this folder: the marker is the first thing written and nothing else was
+            (self.out / entries[0]).unlink()
+            return
         if not entries:
             return
         prev = self._read_own(MARKER) or self._read_own(MANIFEST)
