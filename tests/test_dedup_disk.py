@@ -111,7 +111,8 @@ def test_band_entries_are_grouped_by_key_then_row_even_when_keys_share_their_hig
     on the whole key, and a key's entries stay in row order."""
     # two shards' runs, each sorted by key: rows 0-4 and 10-12; keys (hi, lo): (5, 1) three times, (5, 2) twice,
     # (9, 0) twice, (7, 7) once (no other entry: dropped)
-    seg = np.zeros(8, dedup_disk.ENTRY)
+    entry = np.dtype([("hi", "<u8"), ("lo", "<u8"), ("row", "<i8")])
+    seg = np.zeros(8, entry)
     seg["hi"] = [5, 5, 5, 7, 9, 5, 5, 9]
     seg["lo"] = [1, 1, 2, 7, 0, 1, 2, 0]
     seg["row"] = [0, 1, 2, 4, 3, 10, 11, 12]
@@ -133,7 +134,7 @@ def test_band_entries_are_grouped_by_key_then_row_even_when_keys_share_their_hig
     assert dedup_disk._by_key(seg[[0, 2, 3]]).tolist() == []  # no shared key
     rng = np.random.default_rng(0)  # against a plain sort on random keys with many shared ones, high bits apart
     for shift, lo in ((58, 3), (0, 1)):  # ... and all in the low bits (one run of many keys)
-        r = np.zeros(5000, dedup_disk.ENTRY)
+        r = np.zeros(5000, entry)
         r["hi"] = rng.integers(0, 40, 5000).astype(np.uint64) << np.uint64(shift)
         r["lo"], r["row"] = rng.integers(0, lo, 5000), np.arange(5000)
         order = np.lexsort((r["row"], r["lo"], r["hi"]))

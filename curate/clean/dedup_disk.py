@@ -20,8 +20,9 @@ taken out first, as datatrove's users run its exact stage before MinHash:
    - ``feat_NNNNN.arrow``: the features later steps read (content id, gold, source, year for every row;
      numbers, drawing and statement key for those rows);
    - ``sig_NNNNN.npy``: their signatures, ``num_perm`` uint32 each;
-   - ``bands_NNNNN.bin``: for each band, the band key (its ``rows`` hashes, 16 bytes) with the row, its content id
-     hash and its numbers' hash and count, sorted by key;
+   - ``bands_NNNNN.bin``: for each band, the band key (its ``rows`` hashes, 16 bytes) with the row and a word of
+     its numbers (part of their hash and their count), sorted by key: 24 bytes an entry, stored as columns (each
+     band's key words, then its second words, then its rows), so that the reader gathers from plain arrays;
    - ``*.cuts.npy``: where each of 4096 key ranges starts in the sorted files, so that later steps read a key
      range with plain reads.
 
@@ -30,10 +31,12 @@ taken out first, as datatrove's users run its exact stage before MinHash:
 3. **Per band and key range** (``band_pairs``, one band per worker process). The slices of that key range are read
    from every shard's sorted band file and grouped by key (``_by_key``). Only entries that share a key are kept,
    and each is paired with the first row of its key (the in-memory rule). The entries carry what rejects most
-   collisions without a signature: the same content id, or other numbers in as many of them. The key ranges
+   collisions without a signature: other numbers in as many of them (a collision that the entry's short word of
+   the numbers cannot reject goes on to the judge, which reads the whole hash). The key ranges
    split each band so that one range holds at most ``PART_ENTRIES`` entries, whatever the number of rows.
 4. **Judging** (``judge``, in the main process while the workers find the next bands' pairs). The surviving band
-   pairs are judged once each on their whole signatures, read back shard by shard for the rows involved only.
+   pairs are judged once each on their whole signatures and features, read back shard by shard for the rows
+   involved only; two rows of one content id are never a near pair (their own exact step pairs them).
 
 The caller then compares golds, clusters the nodes that have a pair (union-find over them only) and streams the
 shards again to write them out.
@@ -56,8 +59,10 @@ from curate.clean.dedup import DedupConfig, hash_strings, judge_near, minhash, n
 from curate.clean.text import asy_keys, canonical, sequence_array, tokens
 from curate.core.arrays import in_sorted, union, unique
 
-ENTRY = np.dtype([("hi", "<u8"), ("lo", "<u8"), ("row", "<i8"), ("idh", "<u8"), ("numh", "<u8"), ("cnt", "<i4")])
-ENTRY_FIELDS: tuple[str, ...] = ENTRY.names or ()
+# a band entry's columns: the band key's two words, and the row (high 32 bits) with ``_num_word`` (low 32 bits)
+BAND_COLUMNS = ("hi", "lo", "rn")
+ENTRY_BYTES = 8 * len(BAND_COLUMNS)
+SATURATED = 255  # a count of numbers this high or higher, in ``_num_word``'s low byte: unknown, never rejects
 # gh: a hash of the gold string; fh: a hash of the statement's text (two spellings of one content id, "$A B C$" and
 # "$ABC$", may tokenize differently, so only rows of one text are one node)
 EXACT = np.dtype([("idh", "<u8"), ("row", "<i8"), ("gh", "<u8"), ("fh", "<u8"), ("year", "<i8"), ("rank", "<i8")])
@@ -68,7 +73,7 @@ READ_COLUMNS = ["id", "source", "source_id", "answer", "problem", "year"]
 FEATURES = pa.schema([("id", pa.string()), ("source", pa.string()), ("source_id", pa.string()),
                       ("gold", pa.string()), ("digits", pa.string()), ("rank", pa.int64()), ("idh", pa.uint64()),
                       ("ans", pa.uint64()), ("year", pa.int64()), ("numh", pa.uint64()), ("draw", pa.uint64()),
-                      ("stmt", pa.uint64())])
+                      ("stmt", pa.uint64()), ("cnt", pa.int32())])
 
 
 def features(t: pa.Table, cfg: DedupConfig, prio: dict[str, int],
@@ -98,7 +103,7 @@ def features(t: pa.Table, cfg: DedupConfig, prio: dict[str, int],
     return pa.table({**cheap, **text}, schema=FEATURES), part
 
 
-TEXT_FEATURES = ("digits", "numh", "draw", "stmt")  # read from the statement's text (with the signature)
+TEXT_FEATURES = ("digits", "numh", "draw", "stmt", "cnt")  # read from the statement's text (with the signature)
 
 
 def _text_features(problems: pa.Array | pa.ChunkedArray, cfg: DedupConfig) -> tuple[dict, np.ndarray | None]:
@@ -111,6 +116,7 @@ def _text_features(problems: pa.Array | pa.ChunkedArray, cfg: DedupConfig) -> tu
         "numh": hash_strings(nums),
         "draw": np.where(pc.equal(asy, "").to_numpy(zero_copy_only=False), np.uint64(0), hash_strings(asy)),
         "stmt": hash_strings(sequence_array(problems, toks)),
+        "cnt": _counts(nums),
     }
     return text, (minhash(problems, cfg, toks) if cfg.near else None)
 
@@ -204,9 +210,8 @@ def shard_work(job: ShardJob) -> tuple[int, int]:
     if cfg.near:
         sig = np.concatenate(sigs) if sigs else np.zeros((0, cfg.num_perm), np.uint32)  # the rows of ``own``
         _save(work / f"sig_{i:05d}.npy", sig)
-        rows, idh = own + job.offset, feat["idh"].to_numpy()[own]
-        mine = feat.select(["numh", "digits"]).take(pa.array(own))  # no nulls: to_numpy keeps uint64
-        _save_bands(work, f"bands_{i:05d}", sig, cfg, rows, idh, mine["numh"].to_numpy(), _counts(mine["digits"]))
+        mine = feat.select(["numh", "cnt"]).take(pa.array(own))  # no nulls: to_numpy keeps the types
+        _save_bands(work, f"bands_{i:05d}", sig, cfg, own + job.offset, mine["numh"].to_numpy(), mine["cnt"].to_numpy())
     done.write_text(json.dumps({"rows": m, "entries": int(len(own)) if cfg.near else 0}))
     return m, int(len(own)) if cfg.near else 0
 
@@ -223,10 +228,21 @@ def _band_key(sig: np.ndarray, b: int, rows: int) -> tuple[np.ndarray, np.ndarra
     """Band ``b``'s ``rows`` uint32 hashes as two uint64 words per row (equal words: equal band). The first word goes
     through a bijection (``_mix``): a MinHash value is a minimum, crowded near 0, and the key ranges cut on its top
     bits."""
-    chunk = np.zeros((len(sig), 4), np.uint32)
-    chunk[:, :rows] = sig[:, b * rows : (b + 1) * rows]
-    words = chunk.view(np.uint64)  # (rows, 2)
+    if rows == 4:
+        words = np.ascontiguousarray(sig[:, 4 * b : 4 * b + 4]).view(np.uint64)  # (rows, 2)
+    else:  # fewer hashes: the rest of the 16 bytes are zeros
+        chunk = np.zeros((len(sig), 4), np.uint32)
+        chunk[:, :rows] = sig[:, b * rows : (b + 1) * rows]
+        words = chunk.view(np.uint64)
     return _mix(words[:, 0].copy()), words[:, 1].copy()
+
+
+def _num_word(numh: np.ndarray, cnt: np.ndarray) -> np.ndarray:
+    """A band entry's word of its numbers: 24 bits of their hash above their count (``SATURATED`` at most). Two
+    rows with the same numbers have the same word; two whose words differ in the hash but not in a known count
+    hold other numbers in as many of them, never a near pair."""
+    count = np.minimum(cnt.astype(np.int64), SATURATED).astype(np.uint64)
+    return ((numh & np.uint64(0xFFFFFF)) << np.uint64(8)) | count
 
 
 def _key_order(hi: np.ndarray) -> np.ndarray:
@@ -258,23 +274,22 @@ def parts_for(entries: int) -> int:
     return p
 
 
-def _save_bands(work: Path, name: str, sig: np.ndarray, cfg: DedupConfig, rows: np.ndarray, idh: np.ndarray,
-                numh: np.ndarray, cnt: np.ndarray) -> None:
-    """A shard's band entries (``ENTRY``), each band's sorted by ``_key_order``, as ``_save_sorted`` writes a
-    (bands, rows) array: band after band, with each band's key-range cuts. Built one band at a time, so that what
-    is gathered stays in cache and no (bands x rows) array is made."""
-    n = len(sig)
+def _save_bands(work: Path, name: str, sig: np.ndarray, cfg: DedupConfig, rows: np.ndarray, numh: np.ndarray,
+                cnt: np.ndarray) -> None:
+    """A shard's band entries (``BAND_COLUMNS``), each band's sorted by ``_key_order``: band after band, each as its
+    columns one after the other, with each band's key-range cuts. Built one band at a time, so that what is
+    gathered stays in cache and no (bands x rows) array is made."""
     cuts = np.empty((cfg.bands, RANGES + 1), np.int64)
-    entries = np.empty(n, ENTRY)
+    rn = (rows.astype(np.uint64) << np.uint64(32)) | _num_word(numh, cnt)
     tmp = work / f"{name}.bin.tmp"
     with open(tmp, "wb") as f:
         for b in range(cfg.bands):
             hi, lo = _band_key(sig, b, cfg.rows)
             order = _key_order(hi)
-            entries["hi"], entries["lo"] = hi[order], lo[order]
-            entries["row"], entries["idh"], entries["numh"], entries["cnt"] = rows[order], idh[order], numh[order], cnt[order]
-            cuts[b] = _ranges(entries["hi"].copy(), RANGES)
-            entries.tofile(f)
+            hi = hi[order]
+            cuts[b] = _ranges(hi, RANGES)
+            for col in (hi, lo[order], rn[order]):
+                col.tofile(f)
     _save(work / f"{name}.cuts.npy", cuts)
     os.replace(tmp, work / f"{name}.bin")
 
@@ -313,7 +328,7 @@ def _shared(seg: np.ndarray, field: str) -> dict[str, np.ndarray]:
 
 
 def _by_key(seg) -> np.ndarray:
-    """Where in ``seg`` (band entries, ``ENTRY`` records or their columns: the shards' sorted runs, in shard order, so
+    """Where in ``seg`` (band entries as columns, ``hi`` and ``lo`` read: the shards' sorted runs, in shard order, so
     row order within a key) the entries are whose key another entry shares, grouped by key (the groups in no set
     order), a key's entries in row order.
 
@@ -384,23 +399,28 @@ class Work:
         return [np.array(np.load(self.folder / f"{kind}_{i:05d}.cuts.npy", mmap_mode="r")[row])
                 for i in range(len(self.rows))]
 
-    def _slices(self, kind: str, row: int, part: int, dtype: np.dtype, cuts: list[np.ndarray]) -> np.ndarray:
+    def _slices(self, kind: str, row: int, part: int, dtype: np.dtype, cuts: list[np.ndarray],
+                columns: int = 1) -> list[np.ndarray]:
         """Key range ``part`` (of ``self.parts``) of row ``row`` of every shard's sorted ``kind`` file, in shard
-        order (``cuts``: ``_cuts(kind, row)``)."""
+        order (``cuts``: ``_cuts(kind, row)``); a file of ``columns`` stores each row as that many arrays of
+        ``dtype`` one after the other (the band files), and each comes back as its own array."""
         step = RANGES // self.parts
         sizes = self.entries if kind == "bands" else self.rows
         spans = [(int(c[part * step]), int(c[(part + 1) * step])) for c in cuts]
-        out = np.empty(sum(b - a for a, b in spans), dtype)
-        view, at = out.view(np.uint8), 0  # read straight into place: no copy per shard and then a concatenation
+        total, size = sum(b - a for a, b in spans), dtype.itemsize
+        outs = [np.empty(total, dtype) for _ in range(columns)]
+        views, at = [o.view(np.uint8) for o in outs], 0  # read straight into place: no copy per shard, no concatenation
         for i, ((a, b), m) in enumerate(zip(spans, sizes, strict=True)):
             if b > a:
                 with open(self.folder / f"{kind}_{i:05d}.bin", "rb") as f:
-                    f.seek((row * m + a) * dtype.itemsize)
-                    got = f.readinto(view[at * dtype.itemsize : (at + b - a) * dtype.itemsize].data)
-                if got != (b - a) * dtype.itemsize:
-                    raise RuntimeError(f"dedup: {kind}_{i:05d}.bin is shorter than its cuts say (a run killed mid-write?)")
+                    for c, view in enumerate(views):
+                        f.seek(((row * columns + c) * m + a) * size)
+                        got = f.readinto(view[at * size : (at + b - a) * size].data)
+                        if got != (b - a) * size:
+                            raise RuntimeError(f"dedup: {kind}_{i:05d}.bin is shorter than its cuts say (a run killed "
+                                               "mid-write?)")
                 at += b - a
-        return out
+        return outs
 
     def _shard_of(self, rows: np.ndarray) -> np.ndarray:
         return np.searchsorted(self.offsets, rows, "right") - 1
@@ -416,7 +436,7 @@ class Work:
         groups, us, vs, mixed = [], [], [], []
         cuts = self._cuts("exact", 0)
         for p in range(self.parts):
-            seg = _shared(self._slices("exact", 0, p, EXACT, cuts), "idh")  # sorted by (idh, row): so are the shards' runs
+            seg = _shared(self._slices("exact", 0, p, EXACT, cuts)[0], "idh")  # sorted by (idh, row): so are the shards' runs
             n = len(seg["idh"])
             if n == 0:
                 continue
@@ -443,26 +463,26 @@ class Work:
         return g, _cat(us), _cat(vs), np.sort(np.concatenate(mixed)) if mixed else np.zeros(0, np.uint64)
 
     def band_pairs(self, band: int) -> tuple[np.ndarray, np.ndarray]:
-        """The band's collisions, each row with the first row of its key, that may be near pairs: another content
-        id, and (with ``require_same_numbers``) the same numbers or not as many of them (one may hold the other's).
-        A group of ``exact_groups`` takes part by its first row only: the band files hold no row it stands for."""
+        """The band's collisions, each row with the first row of its key, that may be near pairs: with
+        ``require_same_numbers``, those whose numbers may be the same or not as many (one may hold the other's), as
+        far as ``_num_word`` tells. A group of ``exact_groups`` takes part by its first row only: the band files
+        hold no row it stands for."""
         us, vs = [], []
         cuts = self._cuts("bands", band)
+        low = np.uint64(0xFFFFFFFF)
         for p in range(self.parts):
-            entries = self._slices("bands", band, p, ENTRY, cuts)
-            seg = {k: np.ascontiguousarray(entries[k]) for k in ENTRY_FIELDS}  # columns: gathers 1.7x faster
-            del entries
+            seg = dict(zip(BAND_COLUMNS, self._slices("bands", band, p, np.dtype("<u8"), cuts, len(BAND_COLUMNS)),
+                           strict=True))
             at = _by_key(seg)
             later, first = _groups([seg["hi"][at], seg["lo"][at]])
-            a, b = at[later], at[first]
-            idh = seg["idh"]
-            keep = idh[a] != idh[b]
+            ra, rb = seg["rn"][at[later]], seg["rn"][at[first]]
             if self.cfg.require_same_numbers:
-                numh, cnt = seg["numh"], seg["cnt"]
-                keep &= (numh[a] == numh[b]) | (cnt[a] != cnt[b])
-            row = seg["row"]
-            us.append(row[a][keep])
-            vs.append(row[b][keep])
+                na, nb = ra & low, rb & low
+                ca, cb = na & np.uint64(0xFF), nb & np.uint64(0xFF)
+                keep = (na == nb) | (ca != cb) | (ca == SATURATED)
+                ra, rb = ra[keep], rb[keep]
+            us.append(ra >> np.uint64(32))
+            vs.append(rb >> np.uint64(32))
         return _cat(us), _cat(vs)
 
     def columns(self, rows: np.ndarray, names: list[str]) -> dict[str, np.ndarray]:
@@ -533,13 +553,15 @@ class Work:
             iu, iv = inv[: len(cu)], inv[len(cu) :]
             ag = np.empty(len(cu))
             for a in range(0, len(cu), 16_384):  # the compared copies stay small
-                ag[a : a + 16_384] = (sig[iu[a : a + 16_384]] == sig[iv[a : a + 16_384]]).mean(axis=1)
+                eq = sig[iu[a : a + 16_384]] == sig[iv[a : a + 16_384]]
+                ag[a : a + 16_384] = np.count_nonzero(eq, axis=1) / eq.shape[1]  # the mean, as exactly
             del sig
-            f = self.columns(rows, ["numh", "digits", "draw", "year"])
-            cnt = _counts(pa.array(f["digits"], pa.string()))
+            f = self.columns(rows, ["idh", "numh", "digits", "draw", "year", "cnt"])
+            cnt = f["cnt"]
             good, st = judge_near(ag, f["numh"][iu] == f["numh"][iv], self.cfg, cnt[iu] != cnt[iv],
                                   (f["digits"][iu], f["digits"][iv]), (f["draw"][iu], f["draw"][iv]),
                                   (f["year"][iu], f["year"][iv]))
+            good &= f["idh"][iu] != f["idh"][iv]  # one content id: the exact step's pair, never a near one
             ok[s : s + chunk], agree[s : s + chunk], strict[s : s + chunk] = good, ag, st
         return ok, agree, strict
 
@@ -560,7 +582,8 @@ def jobs(shards: list[Path], work: Path, cfg: DedupConfig, prio: dict[str, int])
     return [ShardJob(i, str(p), offsets[i], str(work), cfg, tuple(prio.items())) for i, p in enumerate(shards)]
 
 
-FORMAT = 3  # the work files' layout (2: exact groups before signatures; 3: features as Arrow IPC); another starts over
+FORMAT = 4  # the work files' layout (2: exact groups before signatures; 3: features as Arrow IPC; 4: band entries as
+# columns of 24 bytes, counts in the features); another starts over
 
 
 def claim_work(work: Path) -> None:
