@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import json
 import os
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -191,14 +192,18 @@ def shard_work(job: ShardJob) -> tuple[int, int]:
         return int(d["rows"]), int(d["entries"])
     prio = dict(job.prio)
     stand = np.load(work / f"stand_{i:05d}.npy")
-    feats, sigs = [], []
+    own = np.flatnonzero(~stand)  # the rows with a signature and band entries
+    feats, words = [], []
     start = 0
-    for rb in pq.ParquetFile(job.path).iter_batches(batch_size=65_536, columns=READ_COLUMNS):
-        feat, sig = features(pa.Table.from_batches([rb]), cfg, prio, ~stand[start : start + rb.num_rows])
-        start += rb.num_rows
-        feats.append(feat)
-        if sig is not None:
-            sigs.append(sig)
+    # each batch's signatures go to the file as they come (``_SigFile``); what the band files need of them is kept
+    with _SigFile(work / f"sig_{i:05d}.npy", len(own), cfg.num_perm) if cfg.near else nullcontext() as sig_file:
+        for rb in pq.ParquetFile(job.path).iter_batches(batch_size=65_536, columns=READ_COLUMNS):
+            feat, sig = features(pa.Table.from_batches([rb]), cfg, prio, ~stand[start : start + rb.num_rows])
+            start += rb.num_rows
+            feats.append(feat)
+            if sig is not None:
+                sig_file.write(sig)
+                words.append(_band_words(sig, cfg))
     feat = pa.concat_tables(feats) if feats else FEATURES.empty_table()
     m = feat.num_rows
     if m != len(stand):
@@ -206,12 +211,12 @@ def shard_work(job: ShardJob) -> tuple[int, int]:
     tmp = work / f"feat_{i:05d}.arrow.tmp"
     feather.write_feather(feat, tmp, compression="uncompressed")  # scratch, read back in this run: Arrow IPC, as is
     os.replace(tmp, work / f"feat_{i:05d}.arrow")
-    own = np.flatnonzero(~stand)  # the rows with a signature and band entries
     if cfg.near:
-        sig = np.concatenate(sigs) if sigs else np.zeros((0, cfg.num_perm), np.uint32)  # the rows of ``own``
-        _save(work / f"sig_{i:05d}.npy", sig)
         mine = feat.select(["numh", "cnt"]).take(pa.array(own))  # no nulls: to_numpy keeps the types
-        _save_bands(work, f"bands_{i:05d}", sig, cfg, own + job.offset, mine["numh"].to_numpy(), mine["cnt"].to_numpy())
+        words_all = np.concatenate(words, axis=2) if words else np.zeros((cfg.bands, 2, 0), np.uint64)
+        del words
+        _save_bands(work, f"bands_{i:05d}", words_all, cfg, own + job.offset, mine["numh"].to_numpy(),
+                    mine["cnt"].to_numpy())
     done.write_text(json.dumps({"rows": m, "entries": int(len(own)) if cfg.near else 0}))
     return m, int(len(own)) if cfg.near else 0
 
@@ -224,17 +229,41 @@ def _mix(x: np.ndarray) -> np.ndarray:
         return x ^ (x >> np.uint64(31))
 
 
-def _band_key(sig: np.ndarray, b: int, rows: int) -> tuple[np.ndarray, np.ndarray]:
-    """Band ``b``'s ``rows`` uint32 hashes as two uint64 words per row (equal words: equal band). The first word goes
-    through a bijection (``_mix``): a MinHash value is a minimum, crowded near 0, and the key ranges cut on its top
-    bits."""
-    if rows == 4:
-        words = np.ascontiguousarray(sig[:, 4 * b : 4 * b + 4]).view(np.uint64)  # (rows, 2)
-    else:  # fewer hashes: the rest of the 16 bytes are zeros
-        chunk = np.zeros((len(sig), 4), np.uint32)
-        chunk[:, :rows] = sig[:, b * rows : (b + 1) * rows]
-        words = chunk.view(np.uint64)
-    return _mix(words[:, 0].copy()), words[:, 1].copy()
+def _band_words(sig: np.ndarray, cfg: DedupConfig) -> np.ndarray:
+    """(bands, 2, rows) uint64: each band's ``cfg.rows`` uint32 hashes of each row as two words (equal words: equal
+    band; with fewer than 4 hashes the rest of the 16 bytes are zeros), each band's words contiguous."""
+    n = len(sig)
+    if cfg.rows == 4:  # one transposing copy of the signatures: band b of a row is its words 2b and 2b + 1
+        return np.ascontiguousarray(sig.view(np.uint64).reshape(n, cfg.bands, 2).transpose(1, 2, 0))
+    chunk = np.zeros((n, cfg.bands, 4), np.uint32)
+    chunk[:, :, : cfg.rows] = sig[:, : cfg.bands * cfg.rows].reshape(n, cfg.bands, cfg.rows)
+    return np.ascontiguousarray(chunk.view(np.uint64).transpose(1, 2, 0))
+
+
+class _SigFile:
+    """A shard's signature file (``.npy`` of ``rows`` x ``perms`` uint32), written batch by batch under a temporary
+    name and renamed once every row is there."""
+
+    def __init__(self, path: Path, rows: int, perms: int):
+        self.path, self.rows, self.perms, self.done = path, rows, perms, 0
+        self.tmp = path.with_name(path.name + ".tmp")
+
+    def __enter__(self) -> _SigFile:
+        self.f = open(self.tmp, "wb")
+        np.lib.format.write_array_header_1_0(
+            self.f, {"descr": np.dtype(np.uint32).str, "fortran_order": False, "shape": (self.rows, self.perms)})
+        return self
+
+    def write(self, sig: np.ndarray) -> None:
+        np.ascontiguousarray(sig, np.uint32).tofile(self.f)
+        self.done += len(sig)
+
+    def __exit__(self, kind, *_) -> None:
+        self.f.close()
+        if kind is None:
+            if self.done != self.rows:
+                raise RuntimeError(f"dedup: {self.done} signatures for {self.rows} rows ({self.path.name})")
+            os.replace(self.tmp, self.path)
 
 
 def _num_word(numh: np.ndarray, cnt: np.ndarray) -> np.ndarray:
@@ -274,17 +303,18 @@ def parts_for(entries: int) -> int:
     return p
 
 
-def _save_bands(work: Path, name: str, sig: np.ndarray, cfg: DedupConfig, rows: np.ndarray, numh: np.ndarray,
+def _save_bands(work: Path, name: str, words: np.ndarray, cfg: DedupConfig, rows: np.ndarray, numh: np.ndarray,
                 cnt: np.ndarray) -> None:
     """A shard's band entries (``BAND_COLUMNS``), each band's sorted by ``_key_order``: band after band, each as its
-    columns one after the other, with each band's key-range cuts. Built one band at a time, so that what is
-    gathered stays in cache and no (bands x rows) array is made."""
+    columns one after the other, with each band's key-range cuts. ``words``: ``_band_words`` of the rows. The first
+    word of a key goes through a bijection (``_mix``): a MinHash value is a minimum, crowded near 0, and the key
+    ranges cut on its top bits."""
     cuts = np.empty((cfg.bands, RANGES + 1), np.int64)
     rn = (rows.astype(np.uint64) << np.uint64(32)) | _num_word(numh, cnt)
     tmp = work / f"{name}.bin.tmp"
     with open(tmp, "wb") as f:
         for b in range(cfg.bands):
-            hi, lo = _band_key(sig, b, cfg.rows)
+            hi, lo = _mix(words[b, 0]), words[b, 1]
             order = _key_order(hi)
             hi = hi[order]
             cuts[b] = _ranges(hi, RANGES)
