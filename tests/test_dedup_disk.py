@@ -86,6 +86,8 @@ def test_crafted_near_duplicates_across_shards_and_key_ranges(tmp_path, monkeypa
     monkeypatch.setattr(dedup_disk, "PART_ENTRIES", 3)  # 15 rows: every band split into 8 key ranges
     monkeypatch.setattr(dedup_disk, "JUDGE_PAIRS", 1)  # and each band's pairs judged on their own
     dedup_stage(dirs, tmp_path / "ranges", DedupConfig(engine="disk", workers=1))
+    monkeypatch.setattr(dedup_disk, "JUDGE_SPLIT", 0)  # ... and judged in two worker processes, a part each
+    dedup_stage(dirs, tmp_path / "split", DedupConfig(engine="disk", workers=2))
     mem, fates = _outcome(tmp_path / "mem")
     ids = {i: None for _, i, _, _ in ROWS}
     kept_ids = {r["source_id"].split(":")[-1]: r["dedup_cluster"] for r in read_table(tmp_path / "mem" / "kept").to_pylist()}
@@ -96,6 +98,7 @@ def test_crafted_near_duplicates_across_shards_and_key_ranges(tmp_path, monkeypa
             assert fates[i][1] == kept_ids[rep], i
     assert _outcome(tmp_path / "disk") == (mem, fates)
     assert _outcome(tmp_path / "ranges") == (mem, fates)
+    assert _outcome(tmp_path / "split") == (mem, fates)
     m = json.loads((tmp_path / "ranges" / "manifest.json").read_text())
     # x1-x2 (one content id, one gold, one text) is a single node: x2 gets no signature; u1-u3 (u3's text has other
     # spaces), v1-v2 (two golds) and y1-y2 (one content id, other tokens and numbers) are paired row by row

@@ -34,9 +34,10 @@ taken out first, as datatrove's users run its exact stage before MinHash:
    collisions without a signature: other numbers in as many of them (a collision that the entry's short word of
    the numbers cannot reject goes on to the judge, which reads the whole hash). The key ranges
    split each band so that one range holds at most ``PART_ENTRIES`` entries, whatever the number of rows.
-4. **Judging** (``judge``, in the main process while the workers find the next bands' pairs). The surviving band
-   pairs are judged once each on their whole signatures and features, read back shard by shard for the rows
-   involved only; two rows of one content id are never a near pair (their own exact step pairs them).
+4. **Judging** (``judge``, in the worker processes, a part of the pairs each, once the bands buffered so far are
+   grouped). The surviving band pairs are judged once each on their whole signatures and features, read back shard
+   by shard for the rows involved only; two rows of one content id are never a near pair (their own exact step
+   pairs them).
 
 The caller then compares golds, clusters the nodes that have a pair (union-find over them only) and streams the
 shards again to write them out.
@@ -684,6 +685,33 @@ def _band_job(args: tuple[str, DedupConfig, list[int], list[int], int, int]) -> 
     return w.band_pairs(band)
 
 
+JUDGE_SPLIT = 200_000  # a flush with more distinct pairs than this is judged in parts, one per worker process
+
+
+def _judge_job(args: tuple[str, DedupConfig, list[int], np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``Work.judge`` of some pairs, in a worker process (which reads which rows have a signature from the
+    ``stand_NNNNN.npy`` files)."""
+    folder, cfg, rows, u, v = args
+    w = Work(Path(folder), cfg, rows)
+    if rows:
+        w.stands_in = np.concatenate([np.load(w.folder / f"stand_{i:05d}.npy") for i in range(len(rows))])
+    return w.judge(u, v)
+
+
+def _judge(w: Work, u: np.ndarray, v: np.ndarray, pool=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``w.judge(u, v)``, split over ``pool``'s processes when there are enough pairs: each pair is judged on its
+    own, so the parts give the same verdicts."""
+    from curate.core.parallel import ordered_map
+
+    k = getattr(pool, "_max_workers", 1) if pool is not None else 1
+    if k <= 1 or len(u) <= JUDGE_SPLIT:
+        return w.judge(u, v)
+    cuts = np.linspace(0, len(u), k + 1).astype(np.int64).tolist()
+    parts = list(ordered_map(_judge_job, [(str(w.folder), w.cfg, w.rows, u[a:b], v[a:b])
+                                          for a, b in zip(cuts[:-1], cuts[1:], strict=True)], pool=pool))
+    return tuple(np.concatenate([p[j] for p in parts]) for j in range(3))  # type: ignore[return-value]
+
+
 def pairs(w: Work, pool=None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The candidate pairs ``(u, v, agree, strict)`` in the in-memory engine's order (exact pairs by row, then each
     band's new near pairs by row), with each group of ``exact_groups`` standing as its first row; and the groups
@@ -704,7 +732,7 @@ def pairs(w: Work, pool=None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nd
             nonlocal found
             keys = np.concatenate([x * span + y for x, y in buf])
             todo = unique(keys[~in_sorted(keys, found)])
-            ok, agree, strict = w.judge(todo // span, todo % span)
+            ok, agree, strict = _judge(w, todo // span, todo % span, pool)
             for x, y in buf:
                 key = x * span + y
                 new = ~in_sorted(key, found)
