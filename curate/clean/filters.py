@@ -22,6 +22,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from curate.clean.text import _apply_on
+
 
 @dataclass(frozen=True)
 class FilterConfig:
@@ -233,13 +235,10 @@ _MCQ_ANY = _one_of(_MCQ_OPTIONS, _MCQ_LINES, _MCQ_BARE_LINES, _MCQ_PHRASE, _MCQ_
 def _mcq(t: pa.Table, c: FilterConfig) -> pa.Array:
     a = t["answer"]
     p = t["problem"]
-    has_asy = pc.fill_null(pc.match_substring(p, "[asy]"), False)
-    if pc.any(has_asy).as_py():  # the drawing code out, of the rows that hold some (_ASY needs "[asy]")
-        p = p.combine_chunks() if isinstance(p, pa.ChunkedArray) else p
-        at = pc.indices_nonzero(has_asy)
-        index = np.arange(len(p))
-        index[at.to_numpy()] = len(p) + np.arange(len(at))
-        p = pa.concat_arrays([p, pc.replace_substring_regex(p.take(at), _ASY, " ")]).take(pa.array(index))
+    has_asy = pc.fill_null(pc.match_substring(p, "[asy]"), False).to_numpy(zero_copy_only=False)
+    if has_asy.any():  # the drawing code out, of the rows that hold some (_ASY needs "[asy]")
+        p = _apply_on(p.combine_chunks() if isinstance(p, pa.ChunkedArray) else p, has_asy,
+                      lambda x: pc.replace_substring_regex(x, _ASY, " "))
     letter = _re(a, _MCQ_ANSWER)
     if pc.any(letter).as_py():  # few rows: decided one by one
         ps, as_ = p.to_pylist(), a.to_pylist()
