@@ -101,6 +101,10 @@ def test_recall_on_a_runs_own_samples(real_data, tmp_path):
     with GradingPool(1) as pool:
         assert suspect_recall(pool, [a for a, _ in rows], [o for _, o in rows], limit=2) == {
             "rows_with_a_correct_sample": 4, "rows_checked": 2, "caught_if_gold_wrong": 2, "recall": 1.0}
+    with GradingPool(1) as pool:  # a run with no rows (what an empty estimate reports): nothing checked, no recall
+        assert suspect_recall(pool, [], []) == {"rows_with_a_correct_sample": 0, "rows_checked": 0,
+                                                "caught_if_gold_wrong": 0, "recall": None}
+        assert pool._workers == []  # and no grader process started
 
 
 def test_the_card_lists_suspect_golds(real_data, tmp_path):

@@ -838,10 +838,10 @@ class Estimator:
 
     def _suspect_check(self, kept: pa.Table | None) -> dict:
         """How well the suspect-gold rule would catch a wrong gold on this run's own samples (``suspect_recall``)."""
-        if kept is None or not kept.num_rows:
-            return {"rows_with_a_correct_sample": 0, "rows_checked": 0, "caught_if_gold_wrong": 0, "recall": None}
+        answers = kept["answers"].to_pylist() if kept is not None else []
+        outcomes = kept["outcomes"].to_pylist() if kept is not None else []
         with GradingPool(1, timeout_s=self.cfg.grader_timeout_s) as pool:  # a worker starts only for a non-plain pair
-            return suspect_recall(pool, kept["answers"].to_pylist(), kept["outcomes"].to_pylist())
+            return suspect_recall(pool, answers, outcomes)
 
     def _finish(self, runner: Runner, resumed: int) -> Manifest:
         kept_paths, rej_paths = shard_paths(self.out / "kept"), shard_paths(self.out / "rejected")
