@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pyarrow as pa
+import pytest
 
 from curate.clean.decontam import BenchmarkIndex, DecontamConfig
 from curate.clean.dedup import DedupConfig, minhash, number_keys, plan
@@ -45,6 +48,23 @@ def test_near_pair_with_different_numbers_or_answers_is_kept():
     assert kind.tolist() == [0, 0]  # numbers differ: a different problem
     _, kind = _near([BAG.format("holds"), BAG.format("contains")], answers="distinct")
     assert kind.tolist() == [0, 0]  # answers differ
+
+
+def test_compiled_minhash_gives_the_numpy_signatures_bit_for_bit(real_data):
+    """The compiled loop (numba, where installed) and the numpy blocks on real statements, with rows that have no
+    word, one short shingle, and more shingles than one numpy block holds."""
+    from curate.clean import dedup
+
+    if dedup._compiled() is None:
+        pytest.skip("numba is not installed here (or GRADUS_NUMBA=0): only the numpy loop runs")
+    rows = [json.loads(x)["problem"] for x in (real_data / "math_hendrycks/test/test.jsonl").read_text().splitlines()]
+    rows = rows[:3000] + ["", "$$", "seven", " ".join(f"w{i}" for i in range(3 * dedup.MINHASH_BLOCK))]
+    col = pa.array(rows)
+    for cfg in (DedupConfig(), DedupConfig(bands=16, rows=2, seed=7)):
+        fast, plain = minhash(col, cfg), minhash(col, cfg, compiled=False)
+        assert fast.dtype == plain.dtype == np.uint32 and fast.shape == (len(rows), cfg.num_perm)
+        assert np.array_equal(fast, plain)
+        assert (plain[3000:3002] == np.iinfo(np.uint32).max).all() and (plain[3002] != np.iinfo(np.uint32).max).all()
 
 
 def test_minhash_agreement_tracks_jaccard():
