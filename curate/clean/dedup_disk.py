@@ -202,7 +202,7 @@ def shard_work(job: ShardJob) -> tuple[int, int]:
             feat, sig = features(pa.Table.from_batches([rb]), cfg, prio, ~stand[start : start + rb.num_rows])
             start += rb.num_rows
             feats.append(feat)
-            if sig is not None:
+            if sig is not None and sig_file is not None:
                 sig_file.write(sig)
                 words.append(_band_words(sig, cfg))
     feat = pa.concat_tables(feats) if feats else FEATURES.empty_table()
@@ -654,6 +654,13 @@ def pool_size(shards: int, workers: int) -> int:
     return min(workers or usable_cores(), max(shards, 1))
 
 
+def _warm_up() -> bool:
+    """Load the compiled MinHash loop in this worker process (numba's import and its cache: about 0.6 s)."""
+    from curate.clean.dedup import _compiled
+
+    return _compiled() is not None
+
+
 def build(shards: list[Path], work: Path, cfg: DedupConfig, prio: dict[str, int], pool=None) -> Work:
     """Steps 1a, 2 and 1b over every input shard (1a and 1b in ``pool``'s processes, from ``worker_pool``, when
     given; shards whose files are there already, from a killed run or from a scheduler's tasks, are not computed
@@ -666,7 +673,11 @@ def build(shards: list[Path], work: Path, cfg: DedupConfig, prio: dict[str, int]
     got = list(ordered_map(shard_ids, todo, pool=pool))
     if got != rows:
         raise RuntimeError(f"dedup: the shards changed while read ({got} rows, expected {rows})")
+    # the workers load the compiled MinHash loop (``dedup._compiled``) while this process finds the exact groups
+    warm = [pool.submit(_warm_up) for _ in range(getattr(pool, "_max_workers", 1))] if pool is not None and cfg.near else []
     w = prepare(todo, work, cfg)
+    for f in warm:
+        f.result()
     done = list(ordered_map(shard_work, todo, pool=pool))
     if [r for r, _ in done] != rows:
         raise RuntimeError(f"dedup: the shards changed while read ({done} rows, expected {rows})")
@@ -709,7 +720,7 @@ def _judge(w: Work, u: np.ndarray, v: np.ndarray, pool=None) -> tuple[np.ndarray
     cuts = np.linspace(0, len(u), k + 1).astype(np.int64).tolist()
     parts = list(ordered_map(_judge_job, [(str(w.folder), w.cfg, w.rows, u[a:b], v[a:b])
                                           for a, b in zip(cuts[:-1], cuts[1:], strict=True)], pool=pool))
-    return tuple(np.concatenate([p[j] for p in parts]) for j in range(3))  # type: ignore[return-value]
+    return tuple(np.concatenate([p[j] for p in parts]) for j in range(3))
 
 
 def pairs(w: Work, pool=None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
