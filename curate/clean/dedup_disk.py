@@ -655,10 +655,10 @@ def pool_size(shards: int, workers: int) -> int:
 
 
 def _warm_up() -> bool:
-    """Load the compiled MinHash loop in this worker process (numba's import and its cache: about 0.6 s)."""
-    from curate.clean.dedup import _compiled
+    """Load the compiled loops in this worker process (numba's import and its cache: about 0.6 s)."""
+    from curate.clean.kernels import compiled
 
-    return _compiled() is not None
+    return all(compiled(k) is not None for k in ("minhash_loop", "blake2b_8"))
 
 
 def build(shards: list[Path], work: Path, cfg: DedupConfig, prio: dict[str, int], pool=None) -> Work:
@@ -673,7 +673,7 @@ def build(shards: list[Path], work: Path, cfg: DedupConfig, prio: dict[str, int]
     got = list(ordered_map(shard_ids, todo, pool=pool))
     if got != rows:
         raise RuntimeError(f"dedup: the shards changed while read ({got} rows, expected {rows})")
-    # the workers load the compiled MinHash loop (``dedup._compiled``) while this process finds the exact groups
+    # the workers load the compiled loops (``kernels``) while this process finds the exact groups
     warm = [pool.submit(_warm_up) for _ in range(getattr(pool, "_max_workers", 1))] if pool is not None and cfg.near else []
     w = prepare(todo, work, cfg)
     for f in warm:

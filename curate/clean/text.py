@@ -306,19 +306,31 @@ def asy_keys(col: pa.Array | pa.ChunkedArray) -> pa.Array:
     return _apply_on(col, has, code, lambda x: pc.utf8_slice_codeunits(x, 0, 0))
 
 
-def _word_hashes(flat: pa.Array) -> np.ndarray:
-    """uint64 hash of each word; hashing each distinct word once."""
+def _word_hashes(flat: pa.Array, compiled: bool = True) -> np.ndarray:
+    """uint64 hash of each word (its 8-byte blake2b digest, little-endian), hashing each distinct word once: in one
+    compiled loop where numba is installed (``kernels.blake2b_8``; ``compiled=False`` or ``GRADUS_NUMBA=0``: one
+    ``hashlib`` object per word, the same values)."""
+    from curate.clean.kernels import compiled as kernel_of
+
     if len(flat) == 0:
         return np.zeros(0, dtype=np.uint64)
     enc = pc.dictionary_encode(flat)
     if isinstance(enc, pa.ChunkedArray):
         enc = enc.combine_chunks()
-    vocab = enc.dictionary.to_pylist()
-    table = np.fromiter(
-        (int.from_bytes(hashlib.blake2b(w.encode(), digest_size=8).digest(), "little") for w in vocab),
-        dtype=np.uint64,
-        count=len(vocab),
-    )
+    vocab = enc.dictionary
+    kernel = kernel_of("blake2b_8") if compiled and pa.types.is_string(vocab.type) else None
+    if kernel is not None:  # the words' UTF-8 bytes straight from the arrow buffers
+        _, off_buf, data_buf = vocab.buffers()
+        offs = np.frombuffer(off_buf, np.int32, len(vocab) + 1, vocab.offset * 4).astype(np.int64)
+        data = np.frombuffer(data_buf, np.uint8) if data_buf is not None and data_buf.size else np.zeros(1, np.uint8)
+        table = np.empty(len(vocab), np.uint64)
+        kernel(data, offs, table)
+    else:
+        table = np.fromiter(
+            (int.from_bytes(hashlib.blake2b(w.encode(), digest_size=8).digest(), "little") for w in vocab.to_pylist()),
+            dtype=np.uint64,
+            count=len(vocab),
+        )
     return table[enc.indices.to_numpy(zero_copy_only=False)]
 
 

