@@ -95,7 +95,7 @@ def minhash(col: pa.Array | pa.ChunkedArray, cfg: DedupConfig, toks: pa.ListArra
     """(rows, num_perm) uint32 MinHash signatures; a row without words gets all 0xFFFFFFFF. ``toks``: the rows'
     tokens, when the caller has them. ``compiled``: the compiled loop where there is one (the same signatures)."""
     n = len(col)
-    hashes, row = ngram_hashes(col, cfg.ngram, short_docs=True, toks=toks)
+    hashes, row = ngram_hashes(col, cfg.ngram, short_docs=True, toks=toks, compiled=compiled)
     sig = np.full((n, cfg.num_perm), np.iinfo(np.uint32).max, dtype=np.uint32)
     if len(hashes) == 0:
         return sig

@@ -306,10 +306,12 @@ def asy_keys(col: pa.Array | pa.ChunkedArray) -> pa.Array:
     return _apply_on(col, has, code, lambda x: pc.utf8_slice_codeunits(x, 0, 0))
 
 
-def _word_hashes(flat: pa.Array, compiled: bool = True) -> np.ndarray:
-    """uint64 hash of each word (its 8-byte blake2b digest, little-endian), hashing each distinct word once: in one
-    compiled loop where numba is installed (``kernels.blake2b_8``; ``compiled=False`` or ``GRADUS_NUMBA=0``: one
-    ``hashlib`` object per word, the same values)."""
+def _word_hashes(flat: pa.Array, compiled: bool = False) -> np.ndarray:
+    """uint64 hash of each word (its 8-byte blake2b digest, little-endian), hashing each distinct word once: one
+    ``hashlib`` object per word, or with ``compiled``, where numba is installed, one compiled loop
+    (``kernels.blake2b_8``; the same values). Only dedup's signature workers ask for the loop: they load numba
+    while the main process finds the exact groups, and its import (0.6 s, about 110 MB) costs a cheap stage such
+    as decontamination more than it saves."""
     from curate.clean.kernels import compiled as kernel_of
 
     if len(flat) == 0:
@@ -335,19 +337,20 @@ def _word_hashes(flat: pa.Array, compiled: bool = True) -> np.ndarray:
 
 
 def ngram_hashes(col: pa.Array | pa.ChunkedArray, n: int, short_docs: bool = True,
-                 toks: pa.ListArray | None = None) -> tuple[np.ndarray, np.ndarray]:
+                 toks: pa.ListArray | None = None, compiled: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Hashes of every word n-gram of every row.
 
     Returns ``(hashes, row)`` as two aligned 1-D arrays: ``hashes[j]`` (uint64) belongs to row ``row[j]``.
     A row with fewer than ``n`` words yields one hash of all its words when ``short_docs`` is true
     (so short problems still get a shingle for near-dup), and nothing otherwise. ``toks``: the rows' ``tokens``,
-    when the caller has them.
+    when the caller has them. ``compiled``: the words' hashes in the compiled loop where there is one
+    (``_word_hashes``).
     """
     toks = tokens(col) if toks is None else toks
     offsets = toks.offsets.to_numpy()
     offsets = offsets - offsets[0]
     flat = toks.flatten()
-    wh = _word_hashes(flat)
+    wh = _word_hashes(flat, compiled)
     lengths = np.diff(offsets)
     nrows = len(lengths)
     total = len(wh)
