@@ -51,22 +51,65 @@ def test_near_pair_with_different_numbers_or_answers_is_kept():
     assert kind.tolist() == [0, 0]  # answers differ
 
 
-def test_compiled_minhash_gives_the_numpy_signatures_bit_for_bit(real_data):
-    """The compiled loop (numba, where installed) and the numpy blocks on real statements, with rows that have no
-    word, one short shingle, and more shingles than one numpy block holds."""
-    from curate.clean import dedup
+def _in_a_worker(fn, *args):
+    """``fn(*args)`` in a spawned worker process, where the compiled loops may load (``kernels.compiled``)."""
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(1, mp_context=mp.get_context("spawn")) as ex:
+        return ex.submit(fn, *args).result()
+
+
+def _minhash_both(rows: list[str]) -> list[tuple] | None:
     from curate.clean.kernels import compiled
 
     if compiled("minhash_loop") is None:
-        pytest.skip("numba is not installed here (or GRADUS_NUMBA=0): only the numpy loop runs")
+        return None
+    col, out = pa.array(rows), []
+    for cfg in (DedupConfig(), DedupConfig(bands=16, rows=2, seed=7)):
+        out.append((minhash(col, cfg), minhash(col, cfg, compiled=False)))
+    return out
+
+
+def _word_hashes_both(texts: list[str]) -> tuple | None:
+    import hashlib
+
+    from curate.clean.kernels import compiled
+    from curate.clean.text import _word_hashes, tokens
+
+    kernel = compiled("blake2b_8")
+    if kernel is None:
+        return None
+    flat = pa.concat_arrays([tokens(pa.array(texts)).flatten(), pa.array(["é" * 64, "x" * 127, "y" * 128, "z" * 129,
+                                                                           "q" * 256, "w" * 257])])
+    out = np.empty(1, np.uint64)  # the empty string: one block of zeros
+    kernel(np.zeros(1, np.uint8), np.zeros(2, np.int64), out)
+    empty = int.from_bytes(hashlib.blake2b(b"", digest_size=8).digest(), "little")
+    return len(pc.unique(flat)), _word_hashes(flat, compiled=True), _word_hashes(flat), int(out[0]), empty
+
+
+def test_the_compiled_loops_never_load_in_the_main_process():
+    """vLLM 0.32 fails to start in a process where numba is loaded: only pool workers may load the loops."""
+    from curate.clean.kernels import compiled
+
+    assert compiled("minhash_loop") is None and compiled("blake2b_8") is None
+
+
+def test_compiled_minhash_gives_the_numpy_signatures_bit_for_bit(real_data):
+    """The compiled loop (numba, where installed; in a worker process) and the numpy blocks on real statements, with
+    rows that have no word, one short shingle, and more shingles than one numpy block holds."""
+    from curate.clean import dedup
+
     rows = [json.loads(x)["problem"] for x in (real_data / "math_hendrycks/test/test.jsonl").read_text().splitlines()]
     rows = rows[:3000] + ["", "$$", "seven", " ".join(f"w{i}" for i in range(3 * dedup.MINHASH_BLOCK))]
-    col = pa.array(rows)
-    for cfg in (DedupConfig(), DedupConfig(bands=16, rows=2, seed=7)):
-        fast, plain = minhash(col, cfg), minhash(col, cfg, compiled=False)
-        assert fast.dtype == plain.dtype == np.uint32 and fast.shape == (len(rows), cfg.num_perm)
+    got = _in_a_worker(_minhash_both, rows)
+    if got is None:
+        pytest.skip("numba is not installed here (or GRADUS_NUMBA=0): only the numpy loop runs")
+    for (fast, plain), perms in zip(got, (96, 32), strict=True):
+        assert fast.dtype == plain.dtype == np.uint32 and fast.shape == (len(rows), perms)
         assert np.array_equal(fast, plain)
         assert (plain[3000:3002] == np.iinfo(np.uint32).max).all() and (plain[3002] != np.iinfo(np.uint32).max).all()
+    assert np.array_equal(got[0][1], minhash(pa.array(rows), DedupConfig()))  # and this process's numpy path
 
 
 def test_compiled_blake2b_gives_hashlibs_word_hashes(real_data):
@@ -74,23 +117,16 @@ def test_compiled_blake2b_gives_hashlibs_word_hashes(real_data):
     Omni-MATH (non-ASCII ones too) and on byte strings at the block edges (0, 127, 128, 129, 256, 257 bytes)."""
     import hashlib
 
-    from curate.clean.kernels import compiled
-    from curate.clean.text import _word_hashes, tokens
-
-    if compiled("blake2b_8") is None:
-        pytest.skip("numba is not installed here (or GRADUS_NUMBA=0): only hashlib runs")
     texts = []
     for rel in ("math_hendrycks/test/test.jsonl", "omni_math_rule/omni_math_rule.jsonl"):
         texts += [json.loads(x)["problem"] for x in (real_data / rel).read_text().splitlines()]
-    flat = pa.concat_arrays([tokens(pa.array(texts)).flatten(), pa.array(["é" * 64, "x" * 127, "y" * 128, "z" * 129,
-                                                                           "q" * 256, "w" * 257])])
-    fast, plain = _word_hashes(flat, compiled=True), _word_hashes(flat)
-    assert len(pc.unique(flat)) > 5_000 and np.array_equal(fast, plain)
+    got = _in_a_worker(_word_hashes_both, texts)
+    if got is None:
+        pytest.skip("numba is not installed here (or GRADUS_NUMBA=0): only hashlib runs")
+    distinct, fast, plain, empty, want_empty = got
+    assert distinct > 5_000 and np.array_equal(fast, plain)
     assert int(plain[-1]) == int.from_bytes(hashlib.blake2b(b"w" * 257, digest_size=8).digest(), "little")
-    data = np.zeros(1, np.uint8)  # the empty string: one block of zeros
-    out = np.empty(1, np.uint64)
-    compiled("blake2b_8")(data, np.zeros(2, np.int64), out)
-    assert int(out[0]) == int.from_bytes(hashlib.blake2b(b"", digest_size=8).digest(), "little")
+    assert empty == want_empty
 
 
 def test_minhash_agreement_tracks_jaccard():

@@ -10,11 +10,13 @@ workers would pay numba's import (0.6 s, about 110 MB each) for less than they s
 Each has a twin that the callers use without numba (``dedup.minhash``'s numpy blocks, ``text._word_hashes``'s
 ``hashlib``), and both give the same values bit for bit: tests hold them equal on real text. The functions are
 plain Python, compiled on first use in each process (``compiled``) and cached on disk by numba, so a worker
-process loads them instead of compiling again; importing this module does not import numba.
+process loads them instead of compiling again; importing this module does not import numba, and only a worker
+process of a pool ever does (``compiled``).
 """
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 from collections.abc import Callable
 
@@ -24,10 +26,14 @@ _BUILT: dict[str, Callable | None] = {}
 
 
 def compiled(name: str) -> Callable | None:
-    """The compiled ``name`` (``minhash_loop`` or ``blake2b_8``), or None where numba is missing or turned off."""
+    """The compiled ``name`` (``minhash_loop`` or ``blake2b_8``), or None where numba is missing or turned off, and
+    in any process that no ``multiprocessing`` parent started. Numba is only ever imported in a worker process of a
+    pool (dedup's, which ends with its stage), never in the process a run lives in: that process may start vLLM,
+    and vLLM 0.32 (``triton_utils.dispatcher._rebind_kernels``) scans every loaded module and fails on llvmlite's
+    objects ("'_lib_fn_wrapper' object has no attribute 'get'") once numba is loaded."""
     if name not in _BUILT:
         fn = None
-        if os.environ.get("GRADUS_NUMBA", "1") != "0":
+        if os.environ.get("GRADUS_NUMBA", "1") != "0" and multiprocessing.parent_process() is not None:
             try:
                 import numba
             except ImportError:
