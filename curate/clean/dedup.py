@@ -195,7 +195,8 @@ def candidate_pairs(ids: np.ndarray, numbers: np.ndarray, sigs: np.ndarray | Non
 def judge_near(agree: np.ndarray, same_numbers: np.ndarray, cfg: DedupConfig, counts_differ: np.ndarray | None = None,
                digits: tuple[np.ndarray, np.ndarray] | None = None, drawings: tuple[np.ndarray, np.ndarray] | None = None,
                years: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Which band collisions (pairs of rows with other content ids) are near pairs: ``(ok, strict)`` per pair.
+    """Which band collisions are near pairs: ``(ok, strict)`` per pair. Pairs of one content id are the exact step's:
+    the in-memory engine never passes them, and ``dedup_disk`` rejects them after this judge.
 
     ``agree``: the fraction of equal signature hashes; ``same_numbers``: the statements hold the same numbers;
     ``counts_differ``, ``digits``, ``drawings``, ``years``: per pair, both sides (see ``candidate_pairs``). One

@@ -63,14 +63,13 @@ from curate.core.arrays import in_sorted, union, unique
 
 # a band entry's columns: the band key's two words, and the row (high 32 bits) with ``_num_word`` (low 32 bits)
 BAND_COLUMNS = ("hi", "lo", "rn")
-ENTRY_BYTES = 8 * len(BAND_COLUMNS)
 SATURATED = 255  # a count of numbers this high or higher, in ``_num_word``'s low byte: unknown, never rejects
 # gh: a hash of the gold string; fh: a hash of the statement's text (two spellings of one content id, "$A B C$" and
 # "$ABC$", may tokenize differently, so only rows of one text are one node)
 EXACT = np.dtype([("idh", "<u8"), ("row", "<i8"), ("gh", "<u8"), ("fh", "<u8"), ("year", "<i8"), ("rank", "<i8")])
 GROUP = np.dtype([("idh", "<u8"), ("first", "<i8"), ("best", "<i8"), ("rank", "<i8"), ("size", "<i8")])
 WORK = "work"  # the step-1 files, inside the stage's output folder until the stage is done
-PART_ENTRIES = 1_000_000  # entries merged at once (44 bytes each; with the sort's copies about 150 MB)
+PART_ENTRIES = 1_000_000  # entries merged at once (24 bytes each; with the sort's copies about 80 MB)
 READ_COLUMNS = ["id", "source", "source_id", "answer", "problem", "year"]
 FEATURES = pa.schema([("id", pa.string()), ("source", pa.string()), ("source_id", pa.string()),
                       ("gold", pa.string()), ("digits", pa.string()), ("rank", pa.int64()), ("idh", pa.uint64()),
@@ -656,9 +655,9 @@ def pool_size(shards: int, workers: int) -> int:
 
 def _warm_up() -> bool:
     """Load the compiled loops in this worker process (numba's import and its cache: about 0.6 s)."""
-    from curate.clean.kernels import compiled
+    from curate.clean.kernels import warm
 
-    return all(compiled(k) is not None for k in ("minhash_loop", "blake2b_8"))
+    return warm()
 
 
 def build(shards: list[Path], work: Path, cfg: DedupConfig, prio: dict[str, int], pool=None) -> Work:

@@ -44,6 +44,26 @@ def compiled(name: str) -> Callable | None:
     return _BUILT[name]
 
 
+def warm() -> bool:
+    """Compile or load from numba's cache both loops in this process, with one tiny call of the types the callers
+    pass (numba compiles on the first call, not at ``njit``). A loop that fails here is turned off (None: the numpy
+    and ``hashlib`` twins) rather than failing a worker mid-stage. True when both are ready."""
+    calls = {
+        "minhash_loop": lambda f: f(np.ones(1, np.uint64), np.array([0, 1], np.int64), np.zeros(1, np.int64),
+                                    np.ones(2, np.uint64), np.ones(2, np.uint64), np.zeros((1, 2), np.uint32)),
+        "blake2b_8": lambda f: f(np.frombuffer(b"\0", np.uint8), np.array([0, 1], np.int64), np.empty(1, np.uint64)),
+    }
+    for name, call in calls.items():
+        fn = compiled(name)
+        if fn is None:
+            continue
+        try:
+            call(fn)
+        except Exception:  # noqa: BLE001 (any failure of numba's compile or cache: use the twin)
+            _BUILT[name] = None
+    return all(_BUILT.get(name) is not None for name in calls)
+
+
 def minhash_loop(hashes, bounds, rows, a, b, sig):  # pragma: no cover (run compiled)
     """For each row ``r`` (shingles ``bounds[r]`` to ``bounds[r + 1]``, signature row ``rows[r]``), the least
     ``a * h + b`` (mod 2^64) of each permutation over its shingles, top 32 bits."""

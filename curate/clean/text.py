@@ -22,6 +22,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from curate.clean.kernels import compiled as kernel_of
+
 # LaTeX spacing/sizing commands that change the look, not the problem.
 # Applied after lowercasing. \\left\b keeps \\leftarrow intact.
 _LATEX_NOISE = (
@@ -312,8 +314,6 @@ def _word_hashes(flat: pa.Array, compiled: bool = False) -> np.ndarray:
     (``kernels.blake2b_8``; the same values). Only dedup's signature workers ask for the loop: they load numba
     while the main process finds the exact groups, and its import (0.6 s, about 110 MB) costs a cheap stage such
     as decontamination more than it saves."""
-    from curate.clean.kernels import compiled as kernel_of
-
     if len(flat) == 0:
         return np.zeros(0, dtype=np.uint64)
     enc = pc.dictionary_encode(flat)

@@ -258,8 +258,8 @@ class Runner:
             return
         entries = sorted(e.name for e in self.out.iterdir())
         if entries == [MARKER + ".tmp"] and (self.out / entries[0]).is_file():
-            # a run killed while it claimed this folder: the marker is the first thing written and nothing else was
-            (self.out / entries[0]).unlink()
+            # a run killed while it claimed this folder: the marker is the first thing written and nothing else was;
+            # writing the marker again overwrites the temporary file and renames it
             return
         if not entries:
             return
