@@ -47,6 +47,8 @@ from __future__ import annotations
 
 import json
 import os
+from collections import deque
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -695,7 +697,7 @@ def _band_job(args: tuple[str, DedupConfig, list[int], list[int], int, int]) -> 
     return w.band_pairs(band)
 
 
-JUDGE_SPLIT = 200_000  # a flush with more distinct pairs than this is judged in parts, one per worker process
+JUDGE_SPLIT = 20_000  # a chunk with more distinct pairs than this is judged in parts, one per worker process
 
 
 def _judge_job(args: tuple[str, DedupConfig, list[int], np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -708,25 +710,30 @@ def _judge_job(args: tuple[str, DedupConfig, list[int], np.ndarray, np.ndarray])
     return w.judge(u, v)
 
 
-def _judge(w: Work, u: np.ndarray, v: np.ndarray, pool=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``w.judge(u, v)``, split over ``pool``'s processes when there are enough pairs: each pair is judged on its
-    own, so the parts give the same verdicts."""
-    from curate.core.parallel import ordered_map
-
-    k = getattr(pool, "_max_workers", 1) if pool is not None else 1
-    if k <= 1 or len(u) <= JUDGE_SPLIT:
-        return w.judge(u, v)
+def _judge(w: Work, u: np.ndarray, v: np.ndarray, pool=None) -> Callable[[], tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """``w.judge(u, v)``, as a call that waits for it: without ``pool``, judged here and now; with one, submitted to
+    its processes (in parts when there are enough pairs), so that this process goes on while they judge. Each pair
+    is judged on its own, so the parts give the same verdicts."""
+    if pool is None:
+        done = w.judge(u, v)
+        return lambda: done
+    k = max(1, getattr(pool, "_max_workers", 1)) if len(u) > JUDGE_SPLIT else 1
     cuts = np.linspace(0, len(u), k + 1).astype(np.int64).tolist()
-    parts = list(ordered_map(_judge_job, [(str(w.folder), w.cfg, w.rows, u[a:b], v[a:b])
-                                          for a, b in zip(cuts[:-1], cuts[1:], strict=True)], pool=pool))
-    return tuple(np.concatenate([p[j] for p in parts]) for j in range(3))
+    futures = [pool.submit(_judge_job, (str(w.folder), w.cfg, w.rows, u[a:b], v[a:b]))
+               for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
+
+    def wait() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        parts = [f.result() for f in futures]
+        return tuple(np.concatenate([p[j] for p in parts]) for j in range(3))  # type: ignore[return-value]
+
+    return wait
 
 
 def pairs(w: Work, pool=None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The candidate pairs ``(u, v, agree, strict)`` in the in-memory engine's order (exact pairs by row, then each
     band's new near pairs by row), with each group of ``exact_groups`` standing as its first row; and the groups
     and the sorted content id hashes of the groups paired row by row. ``pool``: worker processes (``worker_pool``)
-    that find the bands' pairs while this process judges the bands before them."""
+    that find the bands' pairs and judge them while this process takes the bands judged before in order."""
     from curate.core.parallel import ordered_map
 
     groups, u, v, mixed = w.exact if w.exact is not None else w.exact_groups()
@@ -736,32 +743,57 @@ def pairs(w: Work, pool=None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nd
         found = np.zeros(0, np.int64)  # the near pairs found so far (u * n + v), sorted: a later band adds none again
         span = max(w.n, 1)
         buf: list[tuple[np.ndarray, np.ndarray]] = []
+        judging: deque = deque()  # chunks of bands sent to be judged, oldest first (``send``)
 
-        def flush() -> None:
-            """Judge the buffered bands' pairs, each distinct pair once, then take each band's new pairs in order."""
-            nonlocal found
+        def send() -> None:
+            """Judge the buffered bands' distinct pairs that are not found yet (as far as this process knows: a pair
+            a chunk still being judged finds may be judged again, to the same verdict). The chunk's pair keys are
+            sorted once; each distinct key keeps its first place in the chunk (band after band)."""
             keys = np.concatenate([x * span + y for x, y in buf])
-            todo = unique(keys[~in_sorted(keys, found)])
-            ok, agree, strict = _judge(w, todo // span, todo % span, pool)
-            for x, y in buf:
-                key = x * span + y
-                new = ~in_sorted(key, found)
-                o = np.argsort(x[new], kind="stable")
-                x, y, key = x[new][o], y[new][o], key[new][o]
-                at = np.searchsorted(todo, key)
-                good = ok[at]
-                found = union(found, key[good])
-                us.append(x[good])
-                vs.append(y[good])
-                ag.append(agree[at][good])
-                st.append(strict[at][good])
+            bounds = np.cumsum([0] + [len(x) for x, _ in buf])  # where each band's pairs start in ``keys``
+            o = np.argsort(keys)
+            k = keys[o]
+            starts = np.flatnonzero(np.r_[True, k[1:] != k[:-1]]) if len(k) else np.zeros(0, np.int64)
+            distinct = k[starts]
+            first = np.minimum.reduceat(o, starts) if len(o) else np.zeros(0, np.int64)
+            sent = ~in_sorted(distinct, found)
+            todo = distinct[sent]
+            judging.append((keys, bounds, distinct, first, sent, _judge(w, todo // span, todo % span, pool)))
             buf.clear()
 
+        def take() -> None:
+            """The oldest chunk's new pairs, band after band, each band's in row order. A pair's verdict is its own,
+            whatever band brings it: a band's new pairs are its good pairs that no band before it brought."""
+            nonlocal found
+            keys, bounds, distinct, first, sent, wait = judging.popleft()
+            ok, agree, strict = wait()
+            at_todo = np.cumsum(sent) - 1  # a sent key's place in the verdicts
+            good = sent.copy()
+            good[sent] = ok
+            good &= ~in_sorted(distinct, found)  # found since it was sent, by the chunk before
+            pos = at_todo[good]
+            at = first[good]  # where each new pair first comes in the chunk
+            band = np.searchsorted(bounds, at, "right") - 1
+            x = keys[at] // span
+            o = np.lexsort((at, x, band))  # band by band; within a band by row, ties in the band's order
+            at, pos, x = at[o], pos[o], x[o]
+            found = union(found, distinct[good])
+            us.append(x)
+            vs.append(keys[at] % span)
+            ag.append(agree[pos])
+            st.append(strict[pos])
+
         jobs = [(str(w.folder), w.cfg, w.rows, w.entries, w.parts, b) for b in range(w.cfg.bands)]
-        for x, y in ordered_map(_band_job, jobs, pool=pool):
+        # the bands' pairs are small next to their files: eight in flight keep the workers busy while this process
+        # sends a chunk to be judged or takes one
+        for x, y in ordered_map(_band_job, jobs, pool=pool, in_flight=8):
             buf.append((x, y))
             if sum(len(a) for a, _ in buf) >= JUDGE_PAIRS:
-                flush()
+                send()
+                while len(judging) > 1:  # memory: at most two chunks' pairs held
+                    take()
         if buf:
-            flush()
+            send()
+        while judging:
+            take()
     return _cat(us), _cat(vs), np.concatenate(ag), np.concatenate(st), groups, mixed

@@ -47,12 +47,14 @@ def worker_pool(workers: int) -> Iterator[ProcessPoolExecutor | None]:
 
 def ordered_map(fn: Callable[[Any], Any], items: Iterable[Any], workers: int = 1,
                 initializer: Callable[..., None] | None = None, initargs: tuple = (),
-                pool: ProcessPoolExecutor | None = None) -> Generator[Any, None, None]:
+                pool: ProcessPoolExecutor | None = None, in_flight: int | None = None) -> Generator[Any, None, None]:
     """``fn`` over ``items`` in ``workers`` processes (or in ``pool``'s, from ``worker_pool``), yielded in input
     order. ``initializer(*initargs)`` runs once in each worker (and here when ``workers`` is 1): per-worker state
-    such as an index. ``fn`` and ``initializer`` must be module-level functions."""
+    such as an index. ``fn`` and ``initializer`` must be module-level functions. ``in_flight``: how many items a
+    pool holds at once (two per worker by default: memory stays bounded by the batch size; more keeps the workers busy
+    while this process is slow to take the results)."""
     if pool is not None:
-        yield from _bounded(pool, fn, items, 2 * getattr(pool, "_max_workers", usable_cores()))
+        yield from _bounded(pool, fn, items, in_flight or 2 * getattr(pool, "_max_workers", usable_cores()))
         return
     if workers <= 1:
         if initializer is not None:
