@@ -61,7 +61,7 @@ import pyarrow.parquet as pq
 
 from curate.clean.dedup import DedupConfig, hash_strings, judge_near, minhash, number_strings
 from curate.clean.text import asy_keys, canonical, sequence_array, tokens
-from curate.core.arrays import in_sorted, union, unique
+from curate.core.arrays import in_sorted, union
 
 # a band entry's columns: the band key's two words, and the row (high 32 bits) with ``_num_word`` (low 32 bits)
 BAND_COLUMNS = ("hi", "lo", "rn")
