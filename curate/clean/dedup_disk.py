@@ -724,7 +724,7 @@ def _judge(w: Work, u: np.ndarray, v: np.ndarray, pool=None) -> Callable[[], tup
 
     def wait() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         parts = [f.result() for f in futures]
-        return tuple(np.concatenate([p[j] for p in parts]) for j in range(3))  # type: ignore[return-value]
+        return tuple(np.concatenate([p[j] for p in parts]) for j in range(3))
 
     return wait
 
