@@ -92,7 +92,7 @@ def test_the_compiled_loops_never_load_in_the_main_process():
     """vLLM 0.32 fails to start in a process where numba is loaded: only pool workers may load the loops."""
     from curate.clean.kernels import compiled
 
-    assert compiled("minhash_loop") is None and compiled("blake2b_8") is None
+    assert compiled("minhash_loop") is None and compiled("blake2b_8") is None and compiled("hash_loop") is None
 
 
 def test_compiled_minhash_gives_the_numpy_signatures_bit_for_bit(real_data):
@@ -127,6 +127,39 @@ def test_compiled_blake2b_gives_hashlibs_word_hashes(real_data):
     assert distinct > 5_000 and np.array_equal(fast, plain)
     assert int(plain[-1]) == int.from_bytes(hashlib.blake2b(b"w" * 257, digest_size=8).digest(), "little")
     assert empty == want_empty
+
+
+def _hash_strings_both(cols: list[pa.Array | pa.ChunkedArray]) -> list[tuple] | None:
+    from curate.clean.dedup import hash_strings
+    from curate.clean.kernels import compiled
+
+    if compiled("hash_loop") is None:
+        return None
+    return [(hash_strings(c, compiled=True), hash_strings(c)) for c in cols]
+
+
+def test_compiled_hash_strings_gives_the_numpy_hashes(real_data):
+    """``kernels.hash_loop`` against ``hash_strings``' numpy steps on the statements, golds and ids of MATH test and
+    Omni-MATH, and on strings at the word edges (0, 7, 8, 9 bytes), past ``HASH_WORDS`` words, with nulls, sliced (an
+    array offset), chunked, as large strings and as a column of empty strings only."""
+    from curate.clean import dedup
+
+    rows = []
+    for rel in ("math_hendrycks/test/test.jsonl", "omni_math_rule/omni_math_rule.jsonl"):
+        rows += [json.loads(x) for x in (real_data / rel).read_text().splitlines()]
+    edge = pa.array(["", "abcdefg", "abcdefgh", "abcdefghi", None, "é" * 5, "x" * (8 * dedup.HASH_WORDS + 3), "a\x00"])
+    problems = pa.array([r["problem"] for r in rows])
+    cols = [problems, pa.array([str(r.get("answer")) for r in rows]), pa.array([f"math:{i}" for i in range(len(rows))]),
+            edge, edge.slice(2, 5), pa.chunked_array([edge.slice(0, 3), edge.slice(3)]), edge.cast(pa.large_string()),
+            pa.array(["", ""]), problems.slice(1000, 3000)]
+    got = _in_a_worker(_hash_strings_both, cols)
+    if got is None:
+        pytest.skip("numba is not installed here (or GRADUS_NUMBA=0): only the numpy steps run")
+    for (fast, plain), col in zip(got, cols, strict=True):
+        assert fast.dtype == plain.dtype == np.uint64 and len(fast) == len(col)
+        assert np.array_equal(fast, plain)
+    assert len(set(got[0][1].tolist())) > 0.99 * len(rows)  # statements repeat little: the hashes tell them apart
+    assert np.array_equal(got[4][0], got[3][0][2:7])  # a slice hashes as its strings
 
 
 def test_minhash_agreement_tracks_jaccard():

@@ -286,15 +286,17 @@ def plan(ids: np.ndarray, ranks: np.ndarray, answers: np.ndarray, numbers: np.nd
 
 _W1, _W2, _MASK = 0x9E3779B185EBCA87, 0xC2B2AE3D27D4EB4F, (1 << 64) - 1
 _P1, _P2, _P3 = np.uint64(_W1), np.uint64(_W2), np.uint64(0x165667B19E3779F9)
+_NO_BYTES = np.frombuffer(b"\0", np.uint8)  # the data of a column of empty strings (read-only, as a buffer's)
 HASH_WORDS = 512  # words (8 bytes) hashed a step for all rows at once; a longer string's rest goes alone
 
 
-def hash_strings(col: pa.Array | pa.ChunkedArray) -> np.ndarray:
+def hash_strings(col: pa.Array | pa.ChunkedArray, compiled: bool = False) -> np.ndarray:
     """uint64 hash of each string's UTF-8 bytes (a null hashes as the string "\\x00null"), read straight from the
     arrow buffers: no Python object per row. Strings are read 8 bytes at a time, all rows' j-th word at once (the
     rows sorted by length, so the rows still going are a prefix), each word folded in by xxHash64's round; the
     length and splitmix64's finalizer close it. Equal strings give equal hashes in every run and on every machine;
-    only equality is ever used (ids, golds, numbers, statements), never the order."""
+    only equality is ever used (ids, golds, numbers, statements), never the order. ``compiled``: the compiled loop
+    where there is one (``kernels.hash_loop``, in dedup's worker processes; the same values)."""
     if pa.types.is_dictionary(col.type):
         col = col.cast(col.type.value_type)
     arr = pc.fill_null(col, "\x00null")
@@ -311,6 +313,11 @@ def hash_strings(col: pa.Array | pa.ChunkedArray) -> np.ndarray:
         return np.zeros(0, np.uint64)
     _, off_buf, data_buf = arr.buffers()
     offs = np.frombuffer(off_buf, off_type, n + 1, arr.offset * off_type.itemsize).astype(np.int64)
+    kernel = kernel_of("hash_loop") if compiled else None
+    if kernel is not None:
+        out = np.empty(n, np.uint64)
+        kernel(np.frombuffer(data_buf, np.uint8) if data_buf is not None and data_buf.size else _NO_BYTES, offs, out)
+        return out
     base = int(offs[0])
     size = int(offs[-1]) - base
     data = np.zeros(size + 8, np.uint8)  # padded: a word read at the end stays inside

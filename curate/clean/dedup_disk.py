@@ -89,8 +89,8 @@ def features(t: pa.Table, cfg: DedupConfig, prio: dict[str, int],
     cheap = {
         "id": t["id"], "source": t["source"], "source_id": t["source_id"], "gold": gold,
         "rank": pa.array(_ranks(t["source"], prio)),
-        "idh": hash_strings(t["id"]),
-        "ans": hash_strings(pc.replace_substring_regex(gold, r"\s+", "")),
+        "idh": hash_strings(t["id"], compiled=True),
+        "ans": hash_strings(pc.replace_substring_regex(gold, r"\s+", ""), compiled=True),
         "year": pc.fill_null(t["year"], -1).cast(pa.int64()),
     }
     if some is None or some.all():
@@ -116,9 +116,9 @@ def _text_features(problems: pa.Array | pa.ChunkedArray, cfg: DedupConfig) -> tu
     asy = asy_keys(problems)
     text = {
         "digits": nums,
-        "numh": hash_strings(nums),
-        "draw": np.where(pc.equal(asy, "").to_numpy(zero_copy_only=False), np.uint64(0), hash_strings(asy)),
-        "stmt": hash_strings(sequence_array(problems, toks)),
+        "numh": hash_strings(nums, compiled=True),
+        "draw": np.where(pc.equal(asy, "").to_numpy(zero_copy_only=False), np.uint64(0), hash_strings(asy, compiled=True)),
+        "stmt": hash_strings(sequence_array(problems, toks), compiled=True),
         "cnt": _counts(nums),
     }
     return text, (minhash(problems, cfg, toks) if cfg.near else None)
@@ -168,10 +168,10 @@ def shard_ids(job: ShardJob) -> int:
     for rb in pq.ParquetFile(job.path).iter_batches(batch_size=65_536, columns=["id", "source", "answer", "problem",
                                                                                  "year"]):
         e = np.empty(rb.num_rows, EXACT)
-        e["idh"], e["gh"] = hash_strings(rb["id"]), hash_strings(pc.fill_null(rb["answer"], ""))
+        e["idh"], e["gh"] = hash_strings(rb["id"], compiled=True), hash_strings(pc.fill_null(rb["answer"], ""), compiled=True)
         # two spellings of one content id ("$A B C$", "$ABC$") may differ in what dedup reads of the text: only
         # rows of the same text stand for one another
-        e["fh"] = _mix(hash_strings(rb["problem"]))
+        e["fh"] = _mix(hash_strings(rb["problem"], compiled=True))
         e["year"] = pc.fill_null(rb["year"], -1).cast(pa.int64()).to_numpy(zero_copy_only=False)
         e["rank"] = _ranks(rb["source"], prio)
         parts.append(e)

