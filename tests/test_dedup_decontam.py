@@ -92,7 +92,7 @@ def test_the_compiled_loops_never_load_in_the_main_process():
     """vLLM 0.32 fails to start in a process where numba is loaded: only pool workers may load the loops."""
     from curate.clean.kernels import compiled
 
-    assert compiled("minhash_loop") is None and compiled("blake2b_8") is None and compiled("hash_loop") is None
+    assert all(compiled(k) is None for k in ("minhash_loop", "blake2b_8", "hash_loop", "token_loop"))
 
 
 def test_compiled_minhash_gives_the_numpy_signatures_bit_for_bit(real_data):
@@ -160,6 +160,37 @@ def test_compiled_hash_strings_gives_the_numpy_hashes(real_data):
         assert np.array_equal(fast, plain)
     assert len(set(got[0][1].tolist())) > 0.99 * len(rows)  # statements repeat little: the hashes tell them apart
     assert np.array_equal(got[4][0], got[3][0][2:7])  # a slice hashes as its strings
+
+
+def _tokens_both(cols: list[pa.Array]) -> list[tuple] | None:
+    from curate.clean.kernels import compiled
+    from curate.clean.text import tokens
+
+    if compiled("token_loop") is None:
+        return None
+    return [(tokens(c, compiled=True), tokens(c)) for c in cols]
+
+
+def test_compiled_tokens_give_the_numpy_tokens(real_data):
+    """``kernels.token_loop`` against ``_ascii_tokens``' numpy passes (and the regex passes for the other rows) on the
+    canonical statements of MATH test and Omni-MATH, and on rows with no token, nulls, a sliced array and a column of
+    empty strings."""
+    from curate.clean.text import canonical
+
+    texts = []
+    for rel in ("math_hendrycks/test/test.jsonl", "omni_math_rule/omni_math_rule.jsonl"):
+        texts += [json.loads(x)["problem"] for x in (real_data / rel).read_text().splitlines()]
+    canon = canonical(pa.array(texts))
+    edge = pa.array(["", "{}", None, "a", "x^2+y'", "((a1b22))", "12 345", ",,,"])
+    cols = [canon, edge, canon.slice(2000, 500), pa.array(["", ""]), edge.slice(1, 4)]
+    got = _in_a_worker(_tokens_both, cols)
+    if got is None:
+        pytest.skip("numba is not installed here (or GRADUS_NUMBA=0): only the numpy passes run")
+    for fast, plain in got:
+        assert fast.equals(plain)
+    assert len(got[0][1]) == len(texts) and pc.sum(pc.list_value_length(got[0][1])).as_py() > 300_000
+    assert got[1][1].to_pylist() == [None, None, None, ["a"], ["x", "^", "2", "+", "y", "'"],
+                                     ["(", "(", "a", "1", "b", "22", ")", ")"], ["12", "345"], None]
 
 
 def test_minhash_agreement_tracks_jaccard():

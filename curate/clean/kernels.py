@@ -6,14 +6,16 @@ workers would pay numba's import (0.6 s, about 110 MB each) for less than they s
   (shingles x 96) uint64 blocks written, added to and reduced in three passes.
 - ``hash_loop``: ``dedup.hash_strings``' xxHash64 rounds and splitmix64 finalizer, one string after another, instead
   of numpy's word-at-a-time steps over all strings (a gather, a mask and four passes per word).
+- ``token_loop``: ``text._ascii_tokens``' cut of lowercase ASCII text into tokens, one pass over the bytes (counted,
+  then written), instead of a dozen numpy passes (byte classes, their neighbours, run starts and ends).
 - ``blake2b_8``: BLAKE2b with an 8-byte digest (RFC 7693; no key, salt or personalization) of many short byte
   strings at once, instead of one ``hashlib`` object per distinct word.
 
 Each has a twin that the callers use without numba (``dedup.minhash``'s numpy blocks, ``hash_strings``' numpy
-steps, ``text._word_hashes``'s ``hashlib``), and both give the same values bit for bit: tests hold them equal on
-real text. The functions are plain Python, compiled on first use in each process (``compiled``) and cached on disk
-by numba, so a worker process loads them instead of compiling again; importing this module does not import numba,
-and only a worker process of a pool ever does (``compiled``).
+steps, ``text._ascii_tokens``' numpy passes, ``text._word_hashes``'s ``hashlib``), and both give the same values bit
+for bit: tests hold them equal on real text. The functions are plain Python, compiled on first use in each process
+(``compiled``) and cached on disk by numba, so a worker process loads them instead of compiling again; importing
+this module does not import numba, and only a worker process of a pool ever does (``compiled``).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ _BUILT: dict[str, Callable | None] = {}
 
 
 def compiled(name: str) -> Callable | None:
-    """The compiled ``name`` (``minhash_loop``, ``hash_loop`` or ``blake2b_8``), or None where numba is missing or
+    """The compiled ``name`` (``minhash_loop``, ``hash_loop``, ``token_loop`` or ``blake2b_8``), or None where numba is missing or
     turned off, and in any process that no ``multiprocessing`` parent started. Numba is only ever imported in a
     worker process of a pool (dedup's, which ends with its stage), never in the process a run lives in: that process
     may start vLLM, and vLLM 0.32 (``triton_utils.dispatcher._rebind_kernels``) scans every loaded module and fails
@@ -56,6 +58,8 @@ _TRY: dict[str, Callable] = {  # one tiny call of each loop, with the types its 
                                 np.ones(2, np.uint64), np.ones(2, np.uint64), np.zeros((1, 2), np.uint32)),
     "blake2b_8": lambda f: f(np.frombuffer(b"\0", np.uint8), np.array([0, 1], np.int64), np.empty(1, np.uint64)),
     "hash_loop": lambda f: f(np.frombuffer(b"\0", np.uint8), np.array([0, 1], np.int64), np.empty(1, np.uint64)),
+    "token_loop": lambda f: f(np.frombuffer(b"a", np.uint8), np.array([0, 1], np.int64), np.zeros(1, np.bool_),
+                              np.zeros(0, np.uint8), np.zeros(1, np.int32), np.zeros(1, np.int64)),
 }
 
 
@@ -101,6 +105,43 @@ def hash_loop(data, offs, out):  # pragma: no cover (run compiled)
         h = (h ^ (h >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
         h = (h ^ (h >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
         out[i] = h ^ (h >> np.uint64(31))
+
+
+# ``text._BYTE_CLASS``: 0 separates, 1 letter, 2 digit, 3 an operator (a token of its own)
+_CLASS = np.zeros(256, np.int8)
+_CLASS[np.frombuffer(b"abcdefghijklmnopqrstuvwxyz", np.uint8)] = 1
+_CLASS[np.frombuffer(b"0123456789", np.uint8)] = 2
+_CLASS[np.frombuffer(b"+-*/=<>^!|()[]'", np.uint8)] = 3
+
+
+def token_loop(data, offs, skip, out, starts, per_row):  # pragma: no cover (run compiled)
+    """The tokens of rows ``data[offs[r]:offs[r + 1]]`` (a row marked in ``skip`` has none): a run of letters, a run of
+    digits or one operator byte (``_CLASS``). With ``out`` empty, counts only: returns (tokens, their bytes). Else
+    writes the tokens' bytes to ``out``, where each starts to ``starts`` (``starts[tokens]``: the end) and each row's
+    count to ``per_row``."""
+    fill = out.shape[0] > 0
+    nt, nb = 0, 0
+    for r in range(offs.shape[0] - 1):
+        c = 0
+        if not skip[r]:
+            prev = 0
+            for i in range(offs[r], offs[r + 1]):
+                k = _CLASS[data[i]]
+                if k != 0:
+                    if k == 3 or k != prev:
+                        if fill:
+                            starts[nt] = nb
+                        nt += 1
+                        c += 1
+                    if fill:
+                        out[nb] = data[i]
+                    nb += 1
+                prev = k
+        if fill:
+            per_row[r] = c
+    if fill:
+        starts[nt] = nb
+    return nt, nb
 
 
 _IV = np.array([0x6A09E667F3BCC908, 0xBB67AE8584CAA73B, 0x3C6EF372FE94F82B, 0xA54FF53A5F1D36F1,

@@ -171,7 +171,7 @@ def _apply_on(s: pa.Array, mask: np.ndarray, fn: Callable, other: Callable | Non
     return pa.concat_arrays([rest_part, fn(s.take(pa.array(at)))]).take(pa.array(index))
 
 
-def tokens(col: pa.Array | pa.ChunkedArray, canon: pa.Array | None = None) -> pa.ListArray:
+def tokens(col: pa.Array | pa.ChunkedArray, canon: pa.Array | None = None, compiled: bool = False) -> pa.ListArray:
     """Tokens per row (list<string>) of the ``canonical`` text (``canon``: that text, when the caller has it).
 
     Words, numbers, command names (``\\sin`` -> ``sin``) and one token per operator, bracket or prime
@@ -181,6 +181,8 @@ def tokens(col: pa.Array | pa.ChunkedArray, canon: pa.Array | None = None) -> pa
 
     ASCII rows (most math text: LaTeX) are cut in numpy from the bytes (``_ascii_tokens``); the others by the regex
     passes of ``_regex_tokens``, which give the same tokens on ASCII text (a test holds them equal on real files).
+    ``compiled``: the ASCII rows cut by the compiled loop where there is one (``kernels.token_loop``, in dedup's
+    worker processes; the same tokens).
     """
     s = canonical(col) if canon is None else canon
     s = s.combine_chunks() if isinstance(s, pa.ChunkedArray) else s
@@ -190,9 +192,10 @@ def tokens(col: pa.Array | pa.ChunkedArray, canon: pa.Array | None = None) -> pa
     # split "2A" as they split "2a"
     fast = pc.and_(pc.string_is_ascii(s), pc.invert(pc.match_substring_regex(s, "[A-Z]")))
     fast = pc.fill_null(fast, True).to_numpy(zero_copy_only=False)
+    cut = (lambda x: _ascii_tokens(x, compiled=True)) if compiled else _ascii_tokens
     if fast.all():
-        return _ascii_tokens(s)
-    return _apply_on(s, fast, _ascii_tokens, _regex_tokens)
+        return cut(s)
+    return _apply_on(s, fast, cut, _regex_tokens)
 
 
 def _regex_tokens(s: pa.Array) -> pa.ListArray:
@@ -214,11 +217,14 @@ _BYTE_CLASS[np.frombuffer(b"0123456789", np.uint8)] = 2
 _BYTE_CLASS[np.frombuffer(b"+-*/=<>^!|()[]'", np.uint8)] = 3
 
 
-def _ascii_tokens(s: pa.Array) -> pa.ListArray:
+def _ascii_tokens(s: pa.Array, compiled: bool = False) -> pa.ListArray:
     """``tokens`` of lowercase ASCII text, from its bytes: a token is a run of letters, a run of digits or one
     operator. A backslash separates like any other byte, which is what dropping the backslash of a command name
-    (``\\sin`` -> `` sin ``) does in the regex passes."""
+    (``\\sin`` -> `` sin ``) does in the regex passes. ``compiled``: by ``kernels.token_loop`` where there is one."""
     n = len(s)
+    kernel = kernel_of("token_loop") if compiled and n else None
+    if kernel is not None:
+        return _compiled_tokens(s, kernel)
     _, off_buf, data_buf = s.buffers()
     offs = np.frombuffer(off_buf, np.int32, n + 1, s.offset * 4).astype(np.int64) if n else np.zeros(1, np.int64)
     base = int(offs[0])
@@ -253,6 +259,25 @@ def _ascii_tokens(s: pa.Array) -> pa.ListArray:
     per_row = np.bincount(np.searchsorted(offs, first, "right") - 1, minlength=n)[:n] if len(first) else np.zeros(n, np.int64)
     list_offsets = pa.array(np.r_[0, np.cumsum(per_row)].astype(np.int32))
     return pa.ListArray.from_arrays(list_offsets, values, mask=pa.array(per_row == 0))
+
+
+def _compiled_tokens(s: pa.Array, kernel: Callable) -> pa.ListArray:
+    """``_ascii_tokens`` by the compiled loop: counted in one pass over the bytes, written in a second."""
+    n = len(s)
+    _, off_buf, data_buf = s.buffers()
+    offs = np.frombuffer(off_buf, np.int32, n + 1, s.offset * 4).astype(np.int64)
+    data = np.frombuffer(data_buf, np.uint8) if data_buf is not None and data_buf.size else _NO_BYTES
+    skip = pc.is_null(s).to_numpy(zero_copy_only=False) if s.null_count else np.zeros(n, np.bool_)
+    count, size = kernel(data, offs, skip, _NO_OUT, np.zeros(1, np.int32), np.zeros(1, np.int64))
+    out, starts, per_row = np.empty(size, np.uint8), np.empty(count + 1, np.int32), np.empty(n, np.int64)
+    kernel(data, offs, skip, out if size else np.zeros(1, np.uint8), starts, per_row)
+    values = pa.StringArray.from_buffers(count, pa.py_buffer(starts), pa.py_buffer(out))
+    list_offsets = pa.array(np.r_[0, np.cumsum(per_row)].astype(np.int32))
+    return pa.ListArray.from_arrays(list_offsets, values, mask=pa.array(per_row == 0))
+
+
+_NO_BYTES = np.frombuffer(b"\0", np.uint8)  # the data of a column of empty strings (read-only, as a buffer's)
+_NO_OUT = np.zeros(0, np.uint8)  # ``token_loop``: count only
 
 
 _NON_TOKEN = r"[^\p{L}\p{N}+\-*/=<>^!|()\[\]']+"  # what separates tokens
