@@ -368,6 +368,26 @@ def number_strings(col: pa.Array | pa.ChunkedArray, canon: pa.Array | None = Non
     return pc.utf8_trim_whitespace(pc.replace_substring_regex(canon, r"[^0-9]+", " "))
 
 
+def numbers_with_counts(col: pa.Array | pa.ChunkedArray, canon: pa.Array | None = None,
+                        compiled: bool = False) -> tuple[pa.Array, np.ndarray]:
+    """``number_strings`` and how many numbers each holds (int32). ``compiled``: both from one pass of the compiled
+    loop where there is one (``kernels.digits_loop``, in dedup's worker processes; the same values)."""
+    canon = canonical(col) if canon is None else canon
+    canon = canon.combine_chunks() if isinstance(canon, pa.ChunkedArray) else canon
+    kernel = kernel_of("digits_loop") if compiled and pa.types.is_string(canon.type) and not canon.null_count else None
+    if kernel is None or len(canon) == 0:
+        nums = number_strings(col, canon)
+        return nums, pc.count_substring_regex(nums, "[0-9]+").to_numpy(zero_copy_only=False).astype(np.int32)
+    n = len(canon)
+    _, off_buf, data_buf = canon.buffers()
+    offs = np.frombuffer(off_buf, np.int32, n + 1, canon.offset * 4).astype(np.int64)
+    data = np.frombuffer(data_buf, np.uint8) if data_buf is not None and data_buf.size else _NO_BYTES
+    size = kernel(data, offs, np.zeros(0, np.uint8), np.zeros(1, np.int32), np.zeros(1, np.int32))
+    out, starts, counts = np.empty(max(size, 1), np.uint8), np.empty(n + 1, np.int32), np.empty(n, np.int32)
+    kernel(data, offs, out, starts, counts)
+    return pa.StringArray.from_buffers(n, pa.py_buffer(starts), pa.py_buffer(out[:size])), counts
+
+
 def number_keys(col: pa.Array | pa.ChunkedArray) -> np.ndarray:
     """uint64 hash of the sequence of numbers in each statement ("gcd of 76 and 36" -> "76 36"), read from the
     ``canonical`` form (drawing code and credits dropped, ``\\frac12`` spelled ``\\frac{1}{2}``)."""

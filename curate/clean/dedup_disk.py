@@ -59,7 +59,7 @@ import pyarrow.compute as pc
 import pyarrow.feather as feather
 import pyarrow.parquet as pq
 
-from curate.clean.dedup import DedupConfig, hash_strings, judge_near, minhash, number_strings
+from curate.clean.dedup import DedupConfig, hash_strings, judge_near, minhash, numbers_with_counts
 from curate.clean.text import asy_keys, canonical, sequence_array, tokens
 from curate.core.arrays import in_sorted, union
 
@@ -112,14 +112,14 @@ TEXT_FEATURES = ("digits", "numh", "draw", "stmt", "cnt")  # read from the state
 def _text_features(problems: pa.Array | pa.ChunkedArray, cfg: DedupConfig) -> tuple[dict, np.ndarray | None]:
     canon = canonical(problems)  # once a batch: numbers, tokens, keys and shingles read it
     toks = tokens(problems, canon, compiled=True)
-    nums = number_strings(problems, canon)
+    nums, cnt = numbers_with_counts(problems, canon, compiled=True)
     asy = asy_keys(problems)
     text = {
         "digits": nums,
         "numh": hash_strings(nums, compiled=True),
         "draw": np.where(pc.equal(asy, "").to_numpy(zero_copy_only=False), np.uint64(0), hash_strings(asy, compiled=True)),
         "stmt": hash_strings(sequence_array(problems, toks), compiled=True),
-        "cnt": _counts(nums),
+        "cnt": cnt,
     }
     return text, (minhash(problems, cfg, toks) if cfg.near else None)
 
@@ -131,10 +131,6 @@ def _ranks(sources: pa.Array | pa.ChunkedArray, prio: dict[str, int]) -> np.ndar
     values = np.r_[np.array(list(prio.values()), np.int64), len(prio)]
     at = pc.fill_null(pc.index_in(sources, value_set=pa.array(list(prio), pa.string())), len(prio))
     return values[at.to_numpy(zero_copy_only=False)]
-
-
-def _counts(digits: pa.Array | pa.ChunkedArray) -> np.ndarray:
-    return pc.count_substring_regex(digits, "[0-9]+").to_numpy(zero_copy_only=False).astype(np.int32)
 
 
 def _save(path: Path, arr: np.ndarray) -> None:

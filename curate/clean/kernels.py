@@ -8,14 +8,17 @@ workers would pay numba's import (0.6 s, about 110 MB each) for less than they s
   of numpy's word-at-a-time steps over all strings (a gather, a mask and four passes per word).
 - ``token_loop``: ``text._ascii_tokens``' cut of lowercase ASCII text into tokens, one pass over the bytes (counted,
   then written), instead of a dozen numpy passes (byte classes, their neighbours, run starts and ends).
+- ``digits_loop``: ``dedup.number_strings``' digit runs joined by single spaces, with their count, in one pass over
+  the bytes (counted, then written), instead of a regex replace, a trim and a regex count.
 - ``blake2b_8``: BLAKE2b with an 8-byte digest (RFC 7693; no key, salt or personalization) of many short byte
   strings at once, instead of one ``hashlib`` object per distinct word.
 
 Each has a twin that the callers use without numba (``dedup.minhash``'s numpy blocks, ``hash_strings``' numpy
-steps, ``text._ascii_tokens``' numpy passes, ``text._word_hashes``'s ``hashlib``), and both give the same values bit
-for bit: tests hold them equal on real text. The functions are plain Python, compiled on first use in each process
-(``compiled``) and cached on disk by numba, so a worker process loads them instead of compiling again; importing
-this module does not import numba, and only a worker process of a pool ever does (``compiled``).
+steps, ``text._ascii_tokens``' numpy passes, ``number_strings``' regex passes, ``text._word_hashes``'s
+``hashlib``), and both give the same values bit for bit: tests hold them equal on real text. The functions are
+plain Python, compiled on first use in each process (``compiled``) and cached on disk by numba, so a worker process
+loads them instead of compiling again; importing this module does not import numba, and only a worker process of a
+pool ever does (``compiled``).
 """
 
 from __future__ import annotations
@@ -30,8 +33,8 @@ _BUILT: dict[str, Callable | None] = {}
 
 
 def compiled(name: str) -> Callable | None:
-    """The compiled ``name`` (``minhash_loop``, ``hash_loop``, ``token_loop`` or ``blake2b_8``), or None where numba is missing or
-    turned off, and in any process that no ``multiprocessing`` parent started. Numba is only ever imported in a
+    """The compiled ``name`` (one of ``_TRY``: ``minhash_loop``, ``hash_loop``, ``token_loop``, ``digits_loop``,
+    ``blake2b_8``), or None where numba is missing or turned off, and in any process that no ``multiprocessing`` parent started. Numba is only ever imported in a
     worker process of a pool (dedup's, which ends with its stage), never in the process a run lives in: that process
     may start vLLM, and vLLM 0.32 (``triton_utils.dispatcher._rebind_kernels``) scans every loaded module and fails
     on llvmlite's objects ("'_lib_fn_wrapper' object has no attribute 'get'") once numba is loaded.
@@ -60,6 +63,8 @@ _TRY: dict[str, Callable] = {  # one tiny call of each loop, with the types its 
     "hash_loop": lambda f: f(np.frombuffer(b"\0", np.uint8), np.array([0, 1], np.int64), np.empty(1, np.uint64)),
     "token_loop": lambda f: f(np.frombuffer(b"a", np.uint8), np.array([0, 1], np.int64), np.zeros(1, np.bool_),
                               np.zeros(0, np.uint8), np.zeros(1, np.int32), np.zeros(1, np.int64)),
+    "digits_loop": lambda f: f(np.frombuffer(b"1", np.uint8), np.array([0, 1], np.int64), np.zeros(0, np.uint8),
+                               np.zeros(2, np.int32), np.zeros(1, np.int32)),
 }
 
 
@@ -142,6 +147,40 @@ def token_loop(data, offs, skip, out, starts, per_row):  # pragma: no cover (run
     if fill:
         starts[nt] = nb
     return nt, nb
+
+
+def digits_loop(data, offs, out, starts, counts):  # pragma: no cover (run compiled)
+    """Each row ``data[offs[r]:offs[r + 1]]``'s runs of ASCII digits joined by single spaces (no byte of a multi-byte
+    UTF-8 character is an ASCII digit, so bytes and characters agree). With ``out`` empty, counts only: returns the
+    bytes written. Else writes them to ``out``, where each row starts to ``starts`` (``starts[rows]``: the end) and
+    each row's count of runs to ``counts``."""
+    fill = out.shape[0] > 0
+    nb = 0
+    for r in range(offs.shape[0] - 1):
+        if fill:
+            starts[r] = nb
+        runs = 0
+        inside = False
+        for i in range(offs[r], offs[r + 1]):
+            b = data[i]
+            if 48 <= b <= 57:
+                if not inside:
+                    if runs > 0:
+                        if fill:
+                            out[nb] = 32
+                        nb += 1
+                    runs += 1
+                    inside = True
+                if fill:
+                    out[nb] = b
+                nb += 1
+            else:
+                inside = False
+        if fill:
+            counts[r] = runs
+    if fill:
+        starts[offs.shape[0] - 1] = nb
+    return nb
 
 
 _IV = np.array([0x6A09E667F3BCC908, 0xBB67AE8584CAA73B, 0x3C6EF372FE94F82B, 0xA54FF53A5F1D36F1,
