@@ -34,10 +34,11 @@ _BUILT: dict[str, Callable | None] = {}
 
 def compiled(name: str) -> Callable | None:
     """The compiled ``name`` (one of ``_TRY``: ``minhash_loop``, ``hash_loop``, ``token_loop``, ``digits_loop``,
-    ``blake2b_8``), or None where numba is missing or turned off, and in any process that no ``multiprocessing`` parent started. Numba is only ever imported in a
-    worker process of a pool (dedup's, which ends with its stage), never in the process a run lives in: that process
-    may start vLLM, and vLLM 0.32 (``triton_utils.dispatcher._rebind_kernels``) scans every loaded module and fails
-    on llvmlite's objects ("'_lib_fn_wrapper' object has no attribute 'get'") once numba is loaded.
+    ``blake2b_8``), or None where numba is missing or turned off, and in any process that no ``multiprocessing``
+    parent started. Numba is only ever imported in a worker process of a pool (dedup's, which ends with its stage),
+    never in the process a run lives in: that process may start vLLM, and vLLM 0.32
+    (``triton_utils.dispatcher._rebind_kernels``) scans every loaded module and fails on llvmlite's objects
+    ("'_lib_fn_wrapper' object has no attribute 'get'") once numba is loaded.
 
     The first ask in a process compiles the loop, or loads it from numba's cache, with one tiny call of the types the
     callers pass (numba compiles on the first call, not at ``njit``); a loop that fails there is None (the callers'
