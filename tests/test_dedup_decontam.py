@@ -83,7 +83,7 @@ def _word_hashes_both(texts: list[str]) -> tuple | None:
     flat = pa.concat_arrays([tokens(pa.array(texts)).flatten(), pa.array(["é" * 64, "x" * 127, "y" * 128, "z" * 129,
                                                                            "q" * 256, "w" * 257])])
     out = np.empty(1, np.uint64)  # the empty string: one block of zeros
-    kernel(np.zeros(1, np.uint8), np.zeros(2, np.int64), out)
+    kernel(np.frombuffer(b"\0", np.uint8), np.zeros(2, np.int64), out)
     empty = int.from_bytes(hashlib.blake2b(b"", digest_size=8).digest(), "little")
     return len(pc.unique(flat)), _word_hashes(flat, compiled=True), _word_hashes(flat), int(out[0]), empty
 
@@ -221,6 +221,30 @@ def test_compiled_numbers_give_the_regex_numbers(real_data):
     assert got[1][1][0].to_pylist() == ["", "", "12", "3 45", "7 8", "9", "0 5 10", "4"]
     assert got[1][1][1].tolist() == [0, 0, 1, 2, 2, 1, 3, 1]
     assert int(got[0][0][1].sum()) > 30_000
+
+
+def _signatures_after_features(rows: list[str]) -> dict[str, int] | None:
+    from curate.clean import kernels
+    from curate.clean.dedup_disk import features
+
+    if not kernels.warm():
+        return None
+    n = len(rows)
+    t = pa.table({"id": [f"i{k}" for k in range(n)], "source": ["math"] * n, "source_id": [str(k) for k in range(n)],
+                  "answer": ["1"] * n, "problem": rows, "year": pa.nulls(n, pa.int64())})
+    features(t, DedupConfig(), {})
+    features(t, DedupConfig(), {}, np.arange(n) % 2 == 0)
+    return {k: len(f.signatures) for k, f in kernels._BUILT.items() if f is not None}
+
+
+def test_each_loop_is_compiled_for_one_set_of_types(real_data):
+    """The worker's warm-up compiles (or loads) each loop for the types its callers pass: dedup's features on real
+    statements add no second compile (numba compiles anew for a writable array where it had a read-only one)."""
+    rows = [json.loads(x)["problem"] for x in (real_data / "math_hendrycks/test/test.jsonl").read_text().splitlines()]
+    got = _in_a_worker(_signatures_after_features, rows[:2000])
+    if got is None:
+        pytest.skip("numba is not installed here (or GRADUS_NUMBA=0)")
+    assert got == {"minhash_loop": 1, "blake2b_8": 1, "hash_loop": 1, "token_loop": 1, "digits_loop": 1}
 
 
 def test_minhash_agreement_tracks_jaccard():

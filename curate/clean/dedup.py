@@ -36,6 +36,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from curate.clean.kernels import byte_view
 from curate.clean.kernels import compiled as kernel_of
 from curate.clean.text import canonical, ngram_hashes
 
@@ -286,7 +287,6 @@ def plan(ids: np.ndarray, ranks: np.ndarray, answers: np.ndarray, numbers: np.nd
 
 _W1, _W2, _MASK = 0x9E3779B185EBCA87, 0xC2B2AE3D27D4EB4F, (1 << 64) - 1
 _P1, _P2, _P3 = np.uint64(_W1), np.uint64(_W2), np.uint64(0x165667B19E3779F9)
-_NO_BYTES = np.frombuffer(b"\0", np.uint8)  # the data of a column of empty strings (read-only, as a buffer's)
 HASH_WORDS = 512  # words (8 bytes) hashed a step for all rows at once; a longer string's rest goes alone
 
 
@@ -316,7 +316,7 @@ def hash_strings(col: pa.Array | pa.ChunkedArray, compiled: bool = False) -> np.
     kernel = kernel_of("hash_loop") if compiled else None
     if kernel is not None:
         out = np.empty(n, np.uint64)
-        kernel(np.frombuffer(data_buf, np.uint8) if data_buf is not None and data_buf.size else _NO_BYTES, offs, out)
+        kernel(byte_view(data_buf), offs, out)
         return out
     base = int(offs[0])
     size = int(offs[-1]) - base
@@ -381,7 +381,7 @@ def numbers_with_counts(col: pa.Array | pa.ChunkedArray, canon: pa.Array | None 
     n = len(canon)
     _, off_buf, data_buf = canon.buffers()
     offs = np.frombuffer(off_buf, np.int32, n + 1, canon.offset * 4).astype(np.int64)
-    data = np.frombuffer(data_buf, np.uint8) if data_buf is not None and data_buf.size else _NO_BYTES
+    data = byte_view(data_buf)
     size = kernel(data, offs, np.zeros(0, np.uint8), np.zeros(1, np.int32), np.zeros(1, np.int32))
     out, starts, counts = np.empty(max(size, 1), np.uint8), np.empty(n + 1, np.int32), np.empty(n, np.int32)
     kernel(data, offs, out, starts, counts)

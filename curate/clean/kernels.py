@@ -57,11 +57,23 @@ def compiled(name: str) -> Callable | None:
     return _BUILT[name]
 
 
+def byte_view(buf) -> np.ndarray:
+    """An arrow buffer's bytes (``pa.Buffer``) as a read-only uint8 array (None or empty: one zero byte), the one type of data the
+    loops are compiled for: numpy reads some arrow buffers as writable and some not, and numba compiles (and caches)
+    each kind on its own."""
+    if buf is None or buf.size == 0:
+        return _ZERO
+    view = np.frombuffer(buf, np.uint8)
+    view.flags.writeable = False
+    return view
+
+
+_ZERO = np.frombuffer(b"\0", np.uint8)
 _TRY: dict[str, Callable] = {  # one tiny call of each loop, with the types its callers pass
     "minhash_loop": lambda f: f(np.ones(1, np.uint64), np.array([0, 1], np.int64), np.zeros(1, np.int64),
                                 np.ones(2, np.uint64), np.ones(2, np.uint64), np.zeros((1, 2), np.uint32)),
-    "blake2b_8": lambda f: f(np.frombuffer(b"\0", np.uint8), np.array([0, 1], np.int64), np.empty(1, np.uint64)),
-    "hash_loop": lambda f: f(np.frombuffer(b"\0", np.uint8), np.array([0, 1], np.int64), np.empty(1, np.uint64)),
+    "blake2b_8": lambda f: f(_ZERO, np.array([0, 1], np.int64), np.empty(1, np.uint64)),
+    "hash_loop": lambda f: f(_ZERO, np.array([0, 1], np.int64), np.empty(1, np.uint64)),
     "token_loop": lambda f: f(np.frombuffer(b"a", np.uint8), np.array([0, 1], np.int64), np.zeros(1, np.bool_),
                               np.zeros(0, np.uint8), np.zeros(1, np.int32), np.zeros(1, np.int64)),
     "digits_loop": lambda f: f(np.frombuffer(b"1", np.uint8), np.array([0, 1], np.int64), np.zeros(0, np.uint8),

@@ -22,6 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from curate.clean.kernels import byte_view
 from curate.clean.kernels import compiled as kernel_of
 
 # LaTeX spacing/sizing commands that change the look, not the problem.
@@ -266,7 +267,7 @@ def _compiled_tokens(s: pa.Array, kernel: Callable) -> pa.ListArray:
     n = len(s)
     _, off_buf, data_buf = s.buffers()
     offs = np.frombuffer(off_buf, np.int32, n + 1, s.offset * 4).astype(np.int64)
-    data = np.frombuffer(data_buf, np.uint8) if data_buf is not None and data_buf.size else _NO_BYTES
+    data = byte_view(data_buf)
     skip = pc.is_null(s).to_numpy(zero_copy_only=False) if s.null_count else np.zeros(n, np.bool_)
     count, size = kernel(data, offs, skip, _NO_OUT, np.zeros(1, np.int32), np.zeros(1, np.int64))
     out, starts, per_row = np.empty(size, np.uint8), np.empty(count + 1, np.int32), np.empty(n, np.int64)
@@ -276,7 +277,6 @@ def _compiled_tokens(s: pa.Array, kernel: Callable) -> pa.ListArray:
     return pa.ListArray.from_arrays(list_offsets, values, mask=pa.array(per_row == 0))
 
 
-_NO_BYTES = np.frombuffer(b"\0", np.uint8)  # the data of a column of empty strings (read-only, as a buffer's)
 _NO_OUT = np.zeros(0, np.uint8)  # ``token_loop``: count only
 
 
@@ -349,7 +349,7 @@ def _word_hashes(flat: pa.Array, compiled: bool = False) -> np.ndarray:
     if kernel is not None:  # the words' UTF-8 bytes straight from the arrow buffers
         _, off_buf, data_buf = vocab.buffers()
         offs = np.frombuffer(off_buf, np.int32, len(vocab) + 1, vocab.offset * 4).astype(np.int64)
-        data = np.frombuffer(data_buf, np.uint8) if data_buf is not None and data_buf.size else np.zeros(1, np.uint8)
+        data = byte_view(data_buf)
         table = np.empty(len(vocab), np.uint64)
         kernel(data, offs, table)
     else:
