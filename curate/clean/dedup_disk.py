@@ -60,6 +60,7 @@ import pyarrow.feather as feather
 import pyarrow.parquet as pq
 
 from curate.clean.dedup import DedupConfig, hash_strings, judge_near, minhash, numbers_with_counts
+from curate.clean.kernels import compiled as kernel_of
 from curate.clean.text import asy_keys, canonical, sequence_array, tokens
 from curate.core.arrays import in_sorted, union
 
@@ -580,7 +581,10 @@ class Work:
             sig = self.signatures(rows)
             iu, iv = inv[: len(cu)], inv[len(cu) :]
             ag = np.empty(len(cu))
-            for a in range(0, len(cu), 16_384):  # the compared copies stay small
+            kernel = kernel_of("agree_loop")
+            if kernel is not None:  # compared in place (the same shares)
+                kernel(sig, iu.astype(np.int64), iv.astype(np.int64), ag)
+            for a in range(0, len(cu) if kernel is None else 0, 16_384):  # the compared copies stay small
                 eq = sig[iu[a : a + 16_384]] == sig[iv[a : a + 16_384]]
                 ag[a : a + 16_384] = np.count_nonzero(eq, axis=1) / eq.shape[1]  # the mean, as exactly
             del sig

@@ -10,15 +10,17 @@ workers would pay numba's import (0.6 s, about 110 MB each) for less than they s
   then written), instead of a dozen numpy passes (byte classes, their neighbours, run starts and ends).
 - ``digits_loop``: ``dedup.number_strings``' digit runs joined by single spaces, with their count, in one pass over
   the bytes (counted, then written), instead of a regex replace, a trim and a regex count.
+- ``agree_loop``: the share of equal MinHash values of each judged pair of rows, compared in place, instead of
+  numpy's gathered copies of both signatures and their elementwise comparison.
 - ``blake2b_8``: BLAKE2b with an 8-byte digest (RFC 7693; no key, salt or personalization) of many short byte
   strings at once, instead of one ``hashlib`` object per distinct word.
 
 Each has a twin that the callers use without numba (``dedup.minhash``'s numpy blocks, ``hash_strings``' numpy
-steps, ``text._ascii_tokens``' numpy passes, ``number_strings``' regex passes, ``text._word_hashes``'s
-``hashlib``), and both give the same values bit for bit: tests hold them equal on real text. The functions are
-plain Python, compiled on first use in each process (``compiled``) and cached on disk by numba, so a worker process
-loads them instead of compiling again; importing this module does not import numba, and only a worker process of a
-pool ever does (``compiled``).
+steps, ``text._ascii_tokens``' numpy passes, ``number_strings``' regex passes, ``dedup_disk.Work.judge``'s
+gathers, ``text._word_hashes``'s ``hashlib``), and both give the same values bit for bit: tests hold them equal on
+real text. The functions are plain Python, compiled on first use in each process (``compiled``) and cached on disk
+by numba, so a worker process loads them instead of compiling again; importing this module does not import numba,
+and only a worker process of a pool ever does (``compiled``).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ _BUILT: dict[str, Callable | None] = {}
 
 def compiled(name: str) -> Callable | None:
     """The compiled ``name`` (one of ``_TRY``: ``minhash_loop``, ``hash_loop``, ``token_loop``, ``digits_loop``,
-    ``blake2b_8``), or None where numba is missing or turned off, and in any process that no ``multiprocessing``
+    ``agree_loop``, ``blake2b_8``), or None where numba is missing or turned off, and in any process that no ``multiprocessing``
     parent started. Numba is only ever imported in a worker process of a pool (dedup's, which ends with its stage),
     never in the process a run lives in: that process may start vLLM, and vLLM 0.32
     (``triton_utils.dispatcher._rebind_kernels``) scans every loaded module and fails on llvmlite's objects
@@ -78,6 +80,7 @@ _TRY: dict[str, Callable] = {  # one tiny call of each loop, with the types its 
                               np.zeros(0, np.uint8), np.zeros(1, np.int32), np.zeros(1, np.int64)),
     "digits_loop": lambda f: f(np.frombuffer(b"1", np.uint8), np.array([0, 1], np.int64), np.zeros(0, np.uint8),
                                np.zeros(2, np.int32), np.zeros(1, np.int32)),
+    "agree_loop": lambda f: f(np.zeros((1, 2), np.uint32), np.zeros(1, np.int64), np.zeros(1, np.int64), np.empty(1)),
 }
 
 
@@ -194,6 +197,19 @@ def digits_loop(data, offs, out, starts, counts):  # pragma: no cover (run compi
     if fill:
         starts[offs.shape[0] - 1] = nb
     return nb
+
+
+def agree_loop(sig, iu, iv, out):  # pragma: no cover (run compiled)
+    """``out[j]``: the share of equal values of signature rows ``iu[j]`` and ``iv[j]`` (equal count / values, as
+    numpy's mean of the comparison gives it)."""
+    perms = sig.shape[1]
+    for j in range(iu.shape[0]):
+        a, b = iu[j], iv[j]
+        c = 0
+        for p in range(perms):
+            if sig[a, p] == sig[b, p]:
+                c += 1
+        out[j] = c / perms
 
 
 _IV = np.array([0x6A09E667F3BCC908, 0xBB67AE8584CAA73B, 0x3C6EF372FE94F82B, 0xA54FF53A5F1D36F1,
