@@ -192,17 +192,20 @@ def shard_work(job: ShardJob) -> tuple[int, int]:
     prio = dict(job.prio)
     stand = np.load(work / f"stand_{i:05d}.npy")
     own = np.flatnonzero(~stand)  # the rows with a signature and band entries
-    feats, words = [], []
-    start = 0
+    feats = []
+    start = done_rows = 0
+    # the band files' words of every own row, filled batch by batch (one copy of the signatures, no list to join)
+    words = np.empty((cfg.bands, 2, len(own)), np.uint64) if cfg.near else None
     # each batch's signatures go to the file as they come (``_SigFile``); what the band files need of them is kept
     with _SigFile(work / f"sig_{i:05d}.npy", len(own), cfg.num_perm) if cfg.near else nullcontext() as sig_file:
         for rb in pq.ParquetFile(job.path).iter_batches(batch_size=65_536, columns=READ_COLUMNS):
             feat, sig = features(pa.Table.from_batches([rb]), cfg, prio, ~stand[start : start + rb.num_rows])
             start += rb.num_rows
             feats.append(feat)
-            if sig is not None and sig_file is not None:
+            if sig is not None and sig_file is not None and words is not None:
                 sig_file.write(sig)
-                words.append(_band_words(sig, cfg))
+                _band_words(sig, cfg, words[:, :, done_rows : done_rows + len(sig)])
+                done_rows += len(sig)
     feat = pa.concat_tables(feats) if feats else FEATURES.empty_table()
     m = feat.num_rows
     if m != len(stand):
@@ -210,11 +213,11 @@ def shard_work(job: ShardJob) -> tuple[int, int]:
     tmp = work / f"feat_{i:05d}.arrow.tmp"
     feather.write_feather(feat, tmp, compression="uncompressed")  # scratch, read back in this run: Arrow IPC, as is
     os.replace(tmp, work / f"feat_{i:05d}.arrow")
-    if cfg.near:
+    if cfg.near and words is not None:
+        if done_rows != len(own):
+            raise RuntimeError(f"dedup: shard {i}: {done_rows} signatures for {len(own)} rows")
         mine = feat.select(["numh", "cnt"]).take(pa.array(own))  # no nulls: to_numpy keeps the types
-        words_all = np.concatenate(words, axis=2) if words else np.zeros((cfg.bands, 2, 0), np.uint64)
-        del words
-        _save_bands(work, f"bands_{i:05d}", words_all, cfg, own + job.offset, mine["numh"].to_numpy(),
+        _save_bands(work, f"bands_{i:05d}", words, cfg, own + job.offset, mine["numh"].to_numpy(),
                     mine["cnt"].to_numpy())
     done.write_text(json.dumps({"rows": m, "entries": int(len(own)) if cfg.near else 0}))
     return m, int(len(own)) if cfg.near else 0
@@ -228,15 +231,16 @@ def _mix(x: np.ndarray) -> np.ndarray:
         return x ^ (x >> np.uint64(31))
 
 
-def _band_words(sig: np.ndarray, cfg: DedupConfig) -> np.ndarray:
-    """(bands, 2, rows) uint64: each band's ``cfg.rows`` uint32 hashes of each row as two words (equal words: equal
-    band; with fewer than 4 hashes the rest of the 16 bytes are zeros), each band's words contiguous."""
+def _band_words(sig: np.ndarray, cfg: DedupConfig, out: np.ndarray) -> None:
+    """Into ``out`` ((bands, 2, rows) uint64): each band's ``cfg.rows`` uint32 hashes of each row as two words (equal
+    words: equal band; with fewer than 4 hashes the rest of the 16 bytes are zeros), each band's words contiguous."""
     n = len(sig)
     if cfg.rows == 4:  # one transposing copy of the signatures: band b of a row is its words 2b and 2b + 1
-        return np.ascontiguousarray(sig.view(np.uint64).reshape(n, cfg.bands, 2).transpose(1, 2, 0))
+        out[...] = np.ascontiguousarray(sig).view(np.uint64).reshape(n, cfg.bands, 2).transpose(1, 2, 0)
+        return
     chunk = np.zeros((n, cfg.bands, 4), np.uint32)
     chunk[:, :, : cfg.rows] = sig[:, : cfg.bands * cfg.rows].reshape(n, cfg.bands, cfg.rows)
-    return np.ascontiguousarray(chunk.view(np.uint64).transpose(1, 2, 0))
+    out[...] = chunk.view(np.uint64).transpose(1, 2, 0)
 
 
 class _SigFile:
