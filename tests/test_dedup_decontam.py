@@ -63,7 +63,7 @@ def _in_a_worker(fn, *args):
 def _minhash_both(rows: list[str]) -> list[tuple] | None:
     from curate.clean.kernels import compiled
 
-    if compiled("minhash_loop") is None:
+    if compiled("shingle_loop") is None:
         return None
     col, out = pa.array(rows), []
     for cfg in (DedupConfig(), DedupConfig(bands=16, rows=2, seed=7)):
@@ -92,7 +92,7 @@ def test_the_compiled_loops_never_load_in_the_main_process():
     """vLLM 0.32 fails to start in a process where numba is loaded: only pool workers may load the loops."""
     from curate.clean.kernels import compiled
 
-    assert all(compiled(k) is None for k in ("minhash_loop", "blake2b_8", "hash_loop", "token_loop", "digits_loop",
+    assert all(compiled(k) is None for k in ("shingle_loop", "blake2b_8", "hash_loop", "token_loop", "digits_loop",
                                              "agree_loop"))
 
 
@@ -245,7 +245,7 @@ def test_each_loop_is_compiled_for_one_set_of_types(real_data):
     got = _in_a_worker(_signatures_after_features, rows[:2000])
     if got is None:
         pytest.skip("numba is not installed here (or GRADUS_NUMBA=0)")
-    assert got == {"minhash_loop": 1, "blake2b_8": 1, "hash_loop": 1, "token_loop": 1, "digits_loop": 1, "agree_loop": 1}
+    assert got == {"shingle_loop": 1, "blake2b_8": 1, "hash_loop": 1, "token_loop": 1, "digits_loop": 1, "agree_loop": 1}
 
 
 def _agree_both(sig: np.ndarray, iu: np.ndarray, iv: np.ndarray) -> tuple | None:

