@@ -93,7 +93,7 @@ def test_the_compiled_loops_never_load_in_the_main_process():
     from curate.clean.kernels import compiled
 
     assert all(compiled(k) is None for k in ("shingle_loop", "blake2b_8", "hash_loop", "token_loop", "digits_loop",
-                                             "agree_loop"))
+                                             "stmt_loop", "agree_loop"))
 
 
 def test_compiled_minhash_gives_the_numpy_signatures_bit_for_bit(real_data):
@@ -245,7 +245,8 @@ def test_each_loop_is_compiled_for_one_set_of_types(real_data):
     got = _in_a_worker(_signatures_after_features, rows[:2000])
     if got is None:
         pytest.skip("numba is not installed here (or GRADUS_NUMBA=0)")
-    assert got == {"shingle_loop": 1, "blake2b_8": 1, "hash_loop": 1, "token_loop": 1, "digits_loop": 1, "agree_loop": 1}
+    assert got == {"shingle_loop": 1, "blake2b_8": 1, "hash_loop": 1, "token_loop": 1, "digits_loop": 1, "stmt_loop": 1,
+                   "agree_loop": 1}
 
 
 def _agree_both(sig: np.ndarray, iu: np.ndarray, iv: np.ndarray) -> tuple | None:
@@ -274,6 +275,37 @@ def test_compiled_agreement_gives_the_numpy_shares(real_data):
     fast, plain, compiled_for = got
     assert np.array_equal(fast, plain) and compiled_for == 1
     assert (plain[5000:5100] == 1).all() and 0.5 < plain[5100:].mean() < 1 and plain[:5000].mean() < 0.1
+
+
+def _statement_hashes_both(cols: list[pa.Array]) -> list[tuple] | None:
+    from curate.clean.dedup import statement_hashes
+    from curate.clean.kernels import compiled
+    from curate.clean.text import tokens
+
+    if compiled("stmt_loop") is None:
+        return None
+    out = []
+    for c in cols:
+        toks = tokens(c)
+        out.append((statement_hashes(c, toks, compiled=True), statement_hashes(c, toks)))
+    return out
+
+
+def test_compiled_statement_hashes_give_the_joined_keys_hashes(real_data):
+    """``kernels.stmt_loop`` against ``hash_strings`` of the joined statement keys on MATH test and Omni-MATH, and on
+    rows of question words only, of one token, of tokens crossing the 8-byte words, without tokens, null, sliced."""
+    texts = []
+    for rel in ("math_hendrycks/test/test.jsonl", "omni_math_rule/omni_math_rule.jsonl"):
+        texts += [json.loads(x)["problem"] for x in (real_data / rel).read_text().splitlines()]
+    edge = pa.array(["Find the value of", "x", "abcdefg hijklmno pq", "", None, "What is 12+345?", "{} ,,,"])
+    cols = [pa.array(texts), edge, edge.slice(2, 4), pa.array(texts).slice(100, 50)]
+    got = _in_a_worker(_statement_hashes_both, cols)
+    if got is None:
+        pytest.skip("numba is not installed here (or GRADUS_NUMBA=0)")
+    for fast, plain in got:
+        assert fast.dtype == plain.dtype == np.uint64 and np.array_equal(fast, plain)
+    assert got[1][1][0] == got[1][1][3]  # only question words: the empty key, as a row without tokens
+    assert len(set(got[0][1].tolist())) > 0.99 * len(texts)
 
 
 def test_minhash_agreement_tracks_jaccard():

@@ -38,7 +38,7 @@ import pyarrow.compute as pc
 
 from curate.clean.kernels import byte_view
 from curate.clean.kernels import compiled as kernel_of
-from curate.clean.text import _word_hashes, canonical, ngram_hashes, tokens
+from curate.clean.text import ASK_ARRAY, _word_hashes, canonical, ngram_hashes, sequence_array, tokens
 
 
 @dataclass(frozen=True)
@@ -363,6 +363,23 @@ def hash_strings(col: pa.Array | pa.ChunkedArray, compiled: bool = False) -> np.
         out = (out ^ (out >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
         out = (out ^ (out >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
         return out ^ (out >> np.uint64(31))
+
+
+def statement_hashes(col: pa.Array | pa.ChunkedArray, toks: pa.ListArray, compiled: bool = False) -> np.ndarray:
+    """``hash_strings`` of each row's statement key (``text.sequence_array``: its tokens ``toks`` but the question
+    words, joined by spaces). ``compiled``: hashed straight from the tokens by the compiled loop where there is one
+    (``kernels.stmt_loop``, in dedup's worker processes; the same values), no key string built."""
+    kernel = kernel_of("stmt_loop") if compiled else None
+    flat = toks.flatten()
+    if kernel is None or not pa.types.is_string(flat.type):
+        return hash_strings(sequence_array(col, toks), compiled=compiled)
+    keep = pc.invert(pc.is_in(flat, value_set=ASK_ARRAY)).to_numpy(zero_copy_only=False)
+    _, voff_buf, data_buf = flat.buffers()
+    voffs = np.frombuffer(voff_buf, np.int32, len(flat) + 1, flat.offset * 4).astype(np.int64)
+    loffs = toks.offsets.to_numpy()
+    out = np.empty(len(toks), np.uint64)
+    kernel(byte_view(data_buf), voffs, (loffs - loffs[0]).astype(np.int64), np.ascontiguousarray(keep, np.bool_), out)
+    return out
 
 
 def number_strings(col: pa.Array | pa.ChunkedArray, canon: pa.Array | None = None) -> pa.Array:

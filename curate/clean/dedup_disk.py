@@ -59,9 +59,9 @@ import pyarrow.compute as pc
 import pyarrow.feather as feather
 import pyarrow.parquet as pq
 
-from curate.clean.dedup import DedupConfig, hash_strings, judge_near, minhash, numbers_with_counts
+from curate.clean.dedup import DedupConfig, hash_strings, judge_near, minhash, numbers_with_counts, statement_hashes
 from curate.clean.kernels import compiled as kernel_of
-from curate.clean.text import asy_keys, canonical, sequence_array, tokens
+from curate.clean.text import asy_keys, canonical, tokens
 from curate.core.arrays import in_sorted, union
 
 # a band entry's columns: the band key's two words, and the row (high 32 bits) with ``_num_word`` (low 32 bits)
@@ -119,7 +119,7 @@ def _text_features(problems: pa.Array | pa.ChunkedArray, cfg: DedupConfig) -> tu
         "digits": nums,
         "numh": hash_strings(nums, compiled=True),
         "draw": np.where(pc.equal(asy, "").to_numpy(zero_copy_only=False), np.uint64(0), hash_strings(asy, compiled=True)),
-        "stmt": hash_strings(sequence_array(problems, toks), compiled=True),
+        "stmt": statement_hashes(problems, toks, compiled=True),
         "cnt": cnt,
     }
     return text, (minhash(problems, cfg, toks) if cfg.near else None)

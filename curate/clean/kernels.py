@@ -10,6 +10,8 @@ workers would pay numba's import (0.6 s, about 110 MB each) for less than they s
   then written), instead of a dozen numpy passes (byte classes, their neighbours, run starts and ends).
 - ``digits_loop``: ``dedup.number_strings``' digit runs joined by single spaces, with their count, in one pass over
   the bytes (counted, then written), instead of a regex replace, a trim and a regex count.
+- ``stmt_loop``: ``dedup.hash_strings`` of a row's statement key (its tokens but the question words, joined by
+  spaces), folded in straight from the tokens' bytes instead of joined into strings first.
 - ``agree_loop``: the share of equal MinHash values of each judged pair of rows, compared in place, instead of
   numpy's gathered copies of both signatures and their elementwise comparison.
 - ``blake2b_8``: BLAKE2b with an 8-byte digest (RFC 7693; no key, salt or personalization) of many short byte
@@ -35,10 +37,9 @@ _BUILT: dict[str, Callable | None] = {}
 
 
 def compiled(name: str) -> Callable | None:
-    """The compiled ``name`` (one of ``_TRY``: ``shingle_loop``, ``hash_loop``, ``token_loop``, ``digits_loop``,
-    ``agree_loop``, ``blake2b_8``), or None where numba is missing or turned off, and in any process that no ``multiprocessing``
-    parent started. Numba is only ever imported in a worker process of a pool (dedup's, which ends with its stage),
-    never in the process a run lives in: that process may start vLLM, and vLLM 0.32
+    """The compiled ``name`` (one of ``_TRY``), or None where numba is missing or turned off, and in any process that
+    no ``multiprocessing`` parent started. Numba is only ever imported in a worker process of a pool (dedup's, which
+    ends with its stage), never in the process a run lives in: that process may start vLLM, and vLLM 0.32
     (``triton_utils.dispatcher._rebind_kernels``) scans every loaded module and fails on llvmlite's objects
     ("'_lib_fn_wrapper' object has no attribute 'get'") once numba is loaded.
 
@@ -80,6 +81,8 @@ _TRY: dict[str, Callable] = {  # one tiny call of each loop, with the types its 
                               np.zeros(0, np.uint8), np.zeros(1, np.int32), np.zeros(1, np.int64)),
     "digits_loop": lambda f: f(np.frombuffer(b"1", np.uint8), np.array([0, 1], np.int64), np.zeros(0, np.uint8),
                                np.zeros(2, np.int32), np.zeros(1, np.int32)),
+    "stmt_loop": lambda f: f(np.frombuffer(b"a", np.uint8), np.array([0, 1], np.int64), np.array([0, 1], np.int64),
+                             np.ones(1, np.bool_), np.empty(1, np.uint64)),
     "agree_loop": lambda f: f(np.zeros((1, 2), np.uint32), np.zeros(1, np.int64), np.zeros(1, np.int64), np.empty(1)),
 }
 
@@ -145,6 +148,48 @@ _CLASS = np.zeros(256, np.int8)
 _CLASS[np.frombuffer(b"abcdefghijklmnopqrstuvwxyz", np.uint8)] = 1
 _CLASS[np.frombuffer(b"0123456789", np.uint8)] = 2
 _CLASS[np.frombuffer(b"+-*/=<>^!|()[]'", np.uint8)] = 3
+
+
+def stmt_loop(data, voffs, loffs, keep, out):  # pragma: no cover (run compiled)
+    """``out[r]``: ``hash_loop``'s hash of row ``r``'s kept tokens (tokens ``loffs[r]`` to ``loffs[r + 1]``, token ``t``
+    the bytes ``data[voffs[t]:voffs[t + 1]]``, kept where ``keep[t]``) joined by single spaces, as if joined first:
+    the length, then each 8-byte little-endian word of the joined bytes (the last zero-padded), then the finalizer."""
+    for r in range(out.shape[0]):
+        t0, t1 = loffs[r], loffs[r + 1]
+        n = 0
+        kept = 0
+        for t in range(t0, t1):
+            if keep[t]:
+                n += voffs[t + 1] - voffs[t]
+                kept += 1
+        if kept > 1:
+            n += kept - 1
+        h = _W3 ^ (np.uint64(n) * _W1)
+        word = np.uint64(0)
+        k = 0
+        first = True
+        for t in range(t0, t1):
+            if not keep[t]:
+                continue
+            start = voffs[t] - (0 if first else 1)  # a space before every token but the first
+            for i in range(start, voffs[t + 1]):
+                b = np.uint64(32) if i < voffs[t] else np.uint64(data[i])
+                word |= b << np.uint64(8 * k)
+                k += 1
+                if k == 8:
+                    x = h ^ (word * _W2)
+                    x = (x << np.uint64(31)) | (x >> np.uint64(33))
+                    h = x * _W1
+                    word = np.uint64(0)
+                    k = 0
+            first = False
+        if k > 0:
+            x = h ^ (word * _W2)
+            x = (x << np.uint64(31)) | (x >> np.uint64(33))
+            h = x * _W1
+        h = (h ^ (h >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        h = (h ^ (h >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        out[r] = h ^ (h >> np.uint64(31))
 
 
 def token_loop(data, offs, skip, out, starts, per_row):  # pragma: no cover (run compiled)

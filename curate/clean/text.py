@@ -96,7 +96,7 @@ _RARE = (r"\[asy\]|~|frac|binom|\\sqrt|\\circ|°|dots|\.\.\.|…|\\le|≤|\\ge|�
 # make another problem.
 _ASK_WORDS = frozenset("find compute calculate evaluate determine simplify what whats is are the value of work out "
                        "give obtain get express".split())
-_ASK_ARRAY = pa.array(sorted(_ASK_WORDS))
+ASK_ARRAY = pa.array(sorted(_ASK_WORDS))
 
 
 def canonical(col: pa.Array | pa.ChunkedArray) -> pa.Array:
@@ -310,7 +310,7 @@ def sequence_array(col: pa.Array | pa.ChunkedArray, toks: pa.ListArray | None = 
     """``sequence_keys`` as an arrow string array."""
     toks = tokens(col) if toks is None else toks
     flat = toks.flatten()
-    keep = pc.invert(pc.is_in(flat, value_set=_ASK_ARRAY))
+    keep = pc.invert(pc.is_in(flat, value_set=ASK_ARRAY))
     counts = pc.list_value_length(toks).fill_null(0).to_numpy(zero_copy_only=False)
     starts = np.r_[0, np.cumsum(counts)]
     kept_before = np.r_[0, np.cumsum(keep.to_numpy(zero_copy_only=False).astype(np.int64))]
