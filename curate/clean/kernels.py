@@ -52,7 +52,11 @@ def compiled(name: str) -> Callable | None:
             try:
                 import numba
 
-                fn = numba.njit(cache=True, nogil=True)(globals()[name])
+                g = globals()
+                for helper in _HELPERS:  # the loops' own calls must be compiled functions too
+                    if not isinstance(g[helper], numba.core.dispatcher.Dispatcher):
+                        g[helper] = numba.njit(cache=True, inline="always")(g[helper])
+                fn = numba.njit(cache=True, nogil=True)(g[name])
                 _TRY[name](fn)
             except Exception:  # noqa: BLE001 (numba missing, or any failure of its compile or cache: use the twin)
                 fn = None
@@ -125,6 +129,23 @@ def shingle_loop(wh, offs, ngram, a, b, sig):  # pragma: no cover (run compiled)
 _W1, _W2, _W3 = np.uint64(0x9E3779B185EBCA87), np.uint64(0xC2B2AE3D27D4EB4F), np.uint64(0x165667B19E3779F9)
 
 
+def _fold(h, word):  # pragma: no cover (run compiled, inlined)
+    """xxHash64's round: ``word`` folded into ``h``."""
+    x = h ^ (word * _W2)
+    x = (x << np.uint64(31)) | (x >> np.uint64(33))
+    return x * _W1
+
+
+def _finish(h):  # pragma: no cover (run compiled, inlined)
+    """splitmix64's finalizer."""
+    h = (h ^ (h >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    h = (h ^ (h >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return h ^ (h >> np.uint64(31))
+
+
+_HELPERS = ("_fold", "_finish")  # called by the loops: compiled first, inlined into them
+
+
 def hash_loop(data, offs, out):  # pragma: no cover (run compiled)
     """``out[i]``: ``dedup.hash_strings`` of ``data[offs[i]:offs[i + 1]]``: from ``_W3 ^ length * _W1``, each 8-byte
     little-endian word (the last one zero-padded) folded in by xxHash64's round, then splitmix64's finalizer."""
@@ -135,12 +156,8 @@ def hash_loop(data, offs, out):  # pragma: no cover (run compiled)
             word = np.uint64(0)
             for k in range(min(8, n - j)):
                 word |= np.uint64(data[start + j + k]) << np.uint64(8 * k)
-            x = h ^ (word * _W2)
-            x = (x << np.uint64(31)) | (x >> np.uint64(33))
-            h = x * _W1
-        h = (h ^ (h >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        h = (h ^ (h >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        out[i] = h ^ (h >> np.uint64(31))
+            h = _fold(h, word)
+        out[i] = _finish(h)
 
 
 # ``text._BYTE_CLASS``: 0 separates, 1 letter, 2 digit, 3 an operator (a token of its own)
@@ -177,19 +194,13 @@ def stmt_loop(data, voffs, loffs, keep, out):  # pragma: no cover (run compiled)
                 word |= b << np.uint64(8 * k)
                 k += 1
                 if k == 8:
-                    x = h ^ (word * _W2)
-                    x = (x << np.uint64(31)) | (x >> np.uint64(33))
-                    h = x * _W1
+                    h = _fold(h, word)
                     word = np.uint64(0)
                     k = 0
             first = False
         if k > 0:
-            x = h ^ (word * _W2)
-            x = (x << np.uint64(31)) | (x >> np.uint64(33))
-            h = x * _W1
-        h = (h ^ (h >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        h = (h ^ (h >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        out[r] = h ^ (h >> np.uint64(31))
+            h = _fold(h, word)
+        out[r] = _finish(h)
 
 
 def token_loop(data, offs, skip, out, starts, per_row):  # pragma: no cover (run compiled)
