@@ -1,0 +1,70 @@
+"""Interleaved A/B of the dedup stage: two checkouts of gradus, the same ingested input, runs alternating.
+
+    python benchmarks/dedup_ab.py --base /path/to/old/checkout --new . --input INGESTED_DIR [--rounds 3]
+
+This machine's speed drifts by 10-40% from one minute to the next, so two versions are compared run for run, in
+turn (base, new, base, new, ...), each run a fresh process that imports gradus from its checkout (a ``git
+worktree`` of the older commit). Prints each run's seconds and stage timings, the medians and their ratio, and
+whether both wrote the same kept and rejected shards (sha256 of every shard).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+RUN = """
+import json, sys, time
+sys.path.insert(0, sys.argv[1])
+from pathlib import Path
+from curate.pipeline import dedup_stage
+t0 = time.perf_counter()
+m = dedup_stage([Path(sys.argv[2])], Path(sys.argv[3]), force=True)
+secs = time.perf_counter() - t0
+print(json.dumps({"seconds": secs, "timings": m.stats["timings"],
+                  "shards": [s["sha256"] for s in m.kept_shards + m.rejected_shards]}))
+"""
+
+
+def run(root: Path, src: Path, out: Path) -> dict:
+    r = subprocess.run([sys.executable, "-c", RUN, str(root), str(src), str(out)], capture_output=True, text=True,
+                       cwd=root)
+    if r.returncode != 0:
+        raise RuntimeError(f"dedup under {root} failed:\n{r.stderr[-3000:]}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def median(xs: list[float]) -> float:
+    xs = sorted(xs)
+    return xs[len(xs) // 2] if len(xs) % 2 else (xs[len(xs) // 2 - 1] + xs[len(xs) // 2]) / 2
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--base", type=Path, required=True, help="the older checkout (its repository root)")
+    ap.add_argument("--new", type=Path, required=True, help="the newer checkout")
+    ap.add_argument("--input", type=Path, required=True, help="an ingested stage output (or shard folder)")
+    ap.add_argument("--rounds", type=int, default=3)
+    a = ap.parse_args()
+    secs: dict[str, list[float]] = {"base": [], "new": []}
+    shards: dict[str, set] = {"base": set(), "new": set()}
+    with tempfile.TemporaryDirectory(prefix="gradus-ab-") as tmp:
+        for _ in range(a.rounds):
+            for name, root in (("base", a.base), ("new", a.new)):
+                r = run(root.resolve(), a.input.resolve(), Path(tmp) / name)
+                secs[name].append(r["seconds"])
+                shards[name].add(tuple(r["shards"]))
+                print(f"{name} {r['seconds']:.2f} s {r['timings']}", flush=True)
+    b, n = median(secs["base"]), median(secs["new"])
+    print(f"base {', '.join(f'{x:.2f}' for x in secs['base'])} (median {b:.2f})  "
+          f"new {', '.join(f'{x:.2f}' for x in secs['new'])} (median {n:.2f})  {b / n:.2f}x")
+    same = len(shards["base"] | shards["new"]) == 1
+    print("the same shards" if same else "THE SHARDS DIFFER")
+
+
+if __name__ == "__main__":
+    main()
