@@ -27,7 +27,7 @@ from curate.clean.dedup import DedupConfig, candidate_pairs, clusters, conflict_
 from curate.clean.dedup_disk import FEATURES, READ_COLUMNS, WORK, features
 from curate.clean.filters import BATCH_COLUMNS, FilterConfig, filter_batch
 from curate.clean.text import content_ids, repair_escapes
-from curate.core.arrays import search, unique
+from curate.core.arrays import in_sorted, search, unique
 from curate.core.config import ConfigError, check_keys, from_dict, load_file
 from curate.core.errors import SourceError
 from curate.core.manifest import Manifest
@@ -433,7 +433,7 @@ def dedup_stage(inputs: list[Path], out: Path, cfg: DedupConfig | None = None, f
                                        "rows_with_signatures": int(sum(w.entries)) if cfg.near else 0}
         n = rows.n
         nodes = unique(np.r_[u, v])  # the rows that have a pair (a group's first row stands for the group)
-        cu, cv = np.searchsorted(nodes, u), np.searchsorted(nodes, v)
+        cu, cv = (search(nodes, x) if len(nodes) else np.zeros(0, np.int64) for x in (u, v))  # every u and v is a node
         f = rows.columns(nodes, ["idh", "stmt", "ans", "year", "rank"])
         with run.timed("pairs"):
             year = f["year"]
@@ -533,7 +533,8 @@ class _Decided:
     def __init__(self, nodes, grouped, rep_row, rep_idh, conflict, idh, groups):
         self.rows_at = nodes[~grouped]  # sorted
         self.row_rep, self.row_idh, self.row_conf = rep_row[~grouped], rep_idh[~grouped], conflict[~grouped]
-        alone = ~np.isin(groups["idh"], idh[grouped])  # groups no pair reached: their best row stays
+        # groups no pair reached: their best row stays
+        alone = ~in_sorted(groups["idh"].astype(np.uint64), unique(idh[grouped].astype(np.uint64)))
         keys = np.r_[idh[grouped], groups["idh"][alone]].astype(np.uint64)
         order = np.argsort(keys, kind="stable")
         self.ids = keys[order]

@@ -304,3 +304,24 @@ def test_hash_strings_goes_on_alone_past_its_word_limit(monkeypatch):
     whole = dedup.hash_strings(a)
     monkeypatch.setattr(dedup, "HASH_WORDS", 2)
     assert (dedup.hash_strings(a) == whole).all()
+
+
+def test_scratch_writes_are_the_bytes_tofile_writes(tmp_path, monkeypatch):
+    """``_write`` (64 KB at a time) puts down what ``ndarray.tofile`` does: plain, structured, empty and strided
+    arrays, and arrow buffers, across the chunk size."""
+    import pyarrow as pa
+
+    monkeypatch.setattr(dedup_disk, "WRITE_CHUNK", 1000)
+    strided = np.arange(3000, dtype=np.uint32).reshape(1000, 3)[:, :2]
+    exact = np.zeros(70, dedup_disk.EXACT)
+    exact["idh"], exact["row"] = np.arange(70, dtype=np.uint64) * 7919, np.arange(70)
+    for i, a in enumerate([np.arange(999, dtype=np.uint64), np.zeros(0, np.uint64), exact, strided]):
+        ours, theirs = tmp_path / f"o{i}", tmp_path / f"t{i}"
+        with open(ours, "wb") as f:
+            dedup_disk._write(f, a)
+        np.ascontiguousarray(a).tofile(theirs)
+        assert ours.read_bytes() == theirs.read_bytes()
+        assert len(ours.read_bytes()) == a.nbytes
+    with open(tmp_path / "buf", "wb") as f:
+        dedup_disk._write(f, pa.py_buffer(bytes(range(256)) * 20))
+    assert (tmp_path / "buf").read_bytes() == bytes(range(256)) * 20

@@ -133,7 +133,8 @@ def reject_table(t: pa.Table, stage: str, reasons: pa.Array | list, details: pa.
     details = pa.nulls(n, pa.string()) if details is None else details
     if not isinstance(details, pa.Array | pa.ChunkedArray):
         details = pa.array(details, pa.string())
-    cols = [t[f.name] if f.name in t.column_names else pa.nulls(n, f.type) for f in SCHEMA]
+    names = set(t.column_names)  # once: ``t.column_names`` builds its list anew on each call
+    cols = [t[f.name] if f.name in names else pa.nulls(n, f.type) for f in SCHEMA]
     cols += [pa.repeat(pa.scalar(stage, pa.string()), n), reasons, details]
     return pa.Table.from_arrays(cols, schema=REJECT_SCHEMA)
 
