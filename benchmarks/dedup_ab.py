@@ -1,6 +1,8 @@
-"""Interleaved A/B of the dedup stage: two checkouts of gradus, the same ingested input, runs alternating.
+"""Interleaved A/B of the dedup stage (or decontam, the filter): two checkouts of gradus, the same ingested input,
+runs alternating.
 
     python benchmarks/dedup_ab.py --base /path/to/old/checkout --new . --input INGESTED_DIR [--rounds 3]
+        [--stage dedup|decontam|filter|filter_no_gate]
 
 This machine's speed drifts by 10-40% from one minute to the next, so two versions are compared run for run, in
 turn (base, new, base, new, ...), each run a fresh process that imports gradus from its checkout (a ``git
@@ -21,20 +23,28 @@ RUN = """
 import json, sys, time
 sys.path.insert(0, sys.argv[1])
 from pathlib import Path
-from curate.pipeline import dedup_stage
+from curate.pipeline import decontam_stage, dedup_stage, filter_stage
+src, out, stage = [Path(sys.argv[2])], Path(sys.argv[3]), sys.argv[4]
 t0 = time.perf_counter()
-m = dedup_stage([Path(sys.argv[2])], Path(sys.argv[3]), force=True)
+if stage == "dedup":
+    m = dedup_stage(src, out, force=True)
+elif stage == "decontam":  # the benchmark's three sets (``benchmarks/curate.py``)
+    from curate.clean.decontam import DecontamConfig
+    m = decontam_stage(src, out, DecontamConfig(benchmarks=("aime24", "math500", "amc23")), force=True)
+else:  # filter (the gold gate, no verdict cache: a first run) or filter_no_gate
+    from curate.clean.filters import FilterConfig
+    m = filter_stage(src, out, FilterConfig(gold_gate=stage == "filter", gold_cache=""), force=True)
 secs = time.perf_counter() - t0
 print(json.dumps({"seconds": secs, "timings": m.stats["timings"],
                   "shards": [s["sha256"] for s in m.kept_shards + m.rejected_shards]}))
 """
 
 
-def run(root: Path, src: Path, out: Path) -> dict:
-    r = subprocess.run([sys.executable, "-c", RUN, str(root), str(src), str(out)], capture_output=True, text=True,
-                       cwd=root)
+def run(root: Path, src: Path, out: Path, stage: str = "dedup") -> dict:
+    r = subprocess.run([sys.executable, "-c", RUN, str(root), str(src), str(out), stage], capture_output=True,
+                       text=True, cwd=root)
     if r.returncode != 0:
-        raise RuntimeError(f"dedup under {root} failed:\n{r.stderr[-3000:]}")
+        raise RuntimeError(f"{stage} under {root} failed:\n{r.stderr[-3000:]}")
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
@@ -49,13 +59,14 @@ def main() -> None:
     ap.add_argument("--new", type=Path, required=True, help="the newer checkout")
     ap.add_argument("--input", type=Path, required=True, help="an ingested stage output (or shard folder)")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--stage", default="dedup", choices=("dedup", "decontam", "filter", "filter_no_gate"))
     a = ap.parse_args()
     secs: dict[str, list[float]] = {"base": [], "new": []}
     shards: dict[str, set] = {"base": set(), "new": set()}
     with tempfile.TemporaryDirectory(prefix="gradus-ab-") as tmp:
         for _ in range(a.rounds):
             for name, root in (("base", a.base), ("new", a.new)):
-                r = run(root.resolve(), a.input.resolve(), Path(tmp) / name)
+                r = run(root.resolve(), a.input.resolve(), Path(tmp) / name, a.stage)
                 secs[name].append(r["seconds"])
                 shards[name].add(tuple(r["shards"]))
                 print(f"{name} {r['seconds']:.2f} s {r['timings']}", flush=True)

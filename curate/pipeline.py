@@ -273,7 +273,9 @@ def filter_stage(inputs: list[Path], out: Path, cfg: FilterConfig | None = None,
                 passed = pc.is_null(reason)
                 rejected = pc.invert(passed)
                 rej = t.filter(rejected)
-                run.emit(t.filter(passed), reject_table(rej, "filter", reason.filter(rejected)) if rej.num_rows else None)
+                # a batch with nothing rejected is written as it is (a filter copies every kept row's text)
+                run.emit(t.filter(passed) if rej.num_rows else t,
+                         reject_table(rej, "filter", reason.filter(rejected)) if rej.num_rows else None)
         finally:
             results.close()  # its worker processes and read-ahead thread stop now, also after an error
             if pool is not None:
@@ -359,7 +361,8 @@ def decontam_stage(inputs: list[Path], out: Path, cfg: DecontamConfig, force: bo
                 details = pc.binary_join_element_wise(bench.filter(hit), pc.fill_null(bid.filter(hit), "None"), ":")
                 for b, c in _value_counts(rej["contam_benchmark"]).items():
                     by_bench[b] = by_bench.get(b, 0) + c
-                run.emit(t.filter(pc.invert(hit)), reject_table(rej, "decontam", reasons, details) if rej.num_rows else None)
+                run.emit(t.filter(pc.invert(hit)) if rej.num_rows else t,  # nothing matched: the batch as it is
+                         reject_table(rej, "decontam", reasons, details) if rej.num_rows else None)
         run.extra["contaminated_by_benchmark"] = by_bench
 
     config = {k: v for k, v in asdict(cfg).items() if k != "workers"}  # processes change nothing in the output
@@ -509,7 +512,8 @@ def dedup_stage(inputs: list[Path], out: Path, cfg: DedupConfig | None = None, f
                     for i in np.flatnonzero(listed).tolist():
                         details[i] = detail_of[int(at[i])]
                 start += m
-                run.emit(t.filter(pa.array(~dup)), reject_table(rej, "dedup", reasons, details) if rej.num_rows else None)
+                run.emit(t.filter(pa.array(~dup)) if rej.num_rows else t,  # no duplicate: the batch as it is
+                         reject_table(rej, "dedup", reasons, details) if rej.num_rows else None)
         if start != n:
             raise StageError(f"dedup: the second pass read {start} rows, the first {n}: the input changed during the run")
         run.extra["dedup"] = {
