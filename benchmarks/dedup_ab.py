@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from statistics import median
 
 RUN = """
 import json, sys, time
@@ -46,11 +47,6 @@ def run(root: Path, src: Path, out: Path, stage: str = "dedup") -> dict:
     if r.returncode != 0:
         raise RuntimeError(f"{stage} under {root} failed:\n{r.stderr[-3000:]}")
     return json.loads(r.stdout.strip().splitlines()[-1])
-
-
-def median(xs: list[float]) -> float:
-    xs = sorted(xs)
-    return xs[len(xs) // 2] if len(xs) % 2 else (xs[len(xs) // 2 - 1] + xs[len(xs) // 2]) / 2
 
 
 def main() -> None:

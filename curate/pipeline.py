@@ -233,6 +233,12 @@ def _kept_dirs(dirs: list[Path]) -> list[Path]:
     return [stage_dir(Path(d)) for d in dirs]
 
 
+def _kept(t: pa.Table, keep: pa.Array | pa.ChunkedArray, rejected: pa.Table) -> pa.Table:
+    """The rows of ``t`` that ``keep`` marks: ``t`` itself when ``rejected`` (the batch's other rows) is empty, since a
+    filter copies every kept row's text."""
+    return t.filter(keep) if rejected.num_rows else t
+
+
 def filter_stage(inputs: list[Path], out: Path, cfg: FilterConfig | None = None, force: bool = False) -> Manifest:
     """Heuristic filters, then the gold gate (math-verify must parse the gold answer)."""
     cfg = cfg or FilterConfig()
@@ -273,9 +279,7 @@ def filter_stage(inputs: list[Path], out: Path, cfg: FilterConfig | None = None,
                 passed = pc.is_null(reason)
                 rejected = pc.invert(passed)
                 rej = t.filter(rejected)
-                # a batch with nothing rejected is written as it is (a filter copies every kept row's text)
-                run.emit(t.filter(passed) if rej.num_rows else t,
-                         reject_table(rej, "filter", reason.filter(rejected)) if rej.num_rows else None)
+                run.emit(_kept(t, passed, rej), reject_table(rej, "filter", reason.filter(rejected)) if rej.num_rows else None)
         finally:
             results.close()  # its worker processes and read-ahead thread stop now, also after an error
             if pool is not None:
@@ -361,7 +365,7 @@ def decontam_stage(inputs: list[Path], out: Path, cfg: DecontamConfig, force: bo
                 details = pc.binary_join_element_wise(bench.filter(hit), pc.fill_null(bid.filter(hit), "None"), ":")
                 for b, c in _value_counts(rej["contam_benchmark"]).items():
                     by_bench[b] = by_bench.get(b, 0) + c
-                run.emit(t.filter(pc.invert(hit)) if rej.num_rows else t,  # nothing matched: the batch as it is
+                run.emit(_kept(t, pc.invert(hit), rej),
                          reject_table(rej, "decontam", reasons, details) if rej.num_rows else None)
         run.extra["contaminated_by_benchmark"] = by_bench
 
@@ -512,7 +516,7 @@ def dedup_stage(inputs: list[Path], out: Path, cfg: DedupConfig | None = None, f
                     for i in np.flatnonzero(listed).tolist():
                         details[i] = detail_of[int(at[i])]
                 start += m
-                run.emit(t.filter(pa.array(~dup)) if rej.num_rows else t,  # no duplicate: the batch as it is
+                run.emit(_kept(t, pa.array(~dup), rej),
                          reject_table(rej, "dedup", reasons, details) if rej.num_rows else None)
         if start != n:
             raise StageError(f"dedup: the second pass read {start} rows, the first {n}: the input changed during the run")

@@ -479,6 +479,11 @@ class Work:
     def _shard_of(self, rows: np.ndarray) -> np.ndarray:
         return np.searchsorted(self.offsets, rows, "right") - 1
 
+    def _by_shard(self, rows: np.ndarray) -> list[tuple[int, slice]]:
+        """For sorted ``rows``, each shard that holds some of them with the slice of ``rows`` that are its."""
+        cut = np.searchsorted(rows, self.offsets)
+        return [(i, slice(int(cut[i]), int(cut[i + 1]))) for i in np.flatnonzero(np.diff(cut)).tolist()]
+
     def exact_groups(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """The rows that share a content id: ``(groups, u, v, mixed)``.
 
@@ -545,9 +550,8 @@ class Work:
         if set(names) & set(TEXT_FEATURES) and self.stands_in[uniq].any():
             raise RuntimeError("dedup: text features read for a row its group's first row stands for (not computed)")
         out: dict[str, list] = {k: [] for k in names}
-        cut = np.searchsorted(uniq, self.offsets)  # sorted rows: shard i's are uniq[cut[i]:cut[i + 1]]
-        for i in np.flatnonzero(np.diff(cut)).tolist():
-            local = uniq[cut[i] : cut[i + 1]] - self.offsets[i]
+        for i, part in self._by_shard(uniq):
+            local = uniq[part] - self.offsets[i]
             t = _feat(self.folder, i, names).take(pa.array(local))
             for k in names:
                 out[k].append(t[k].to_numpy(zero_copy_only=False))
@@ -586,9 +590,7 @@ class Work:
         if self.stands_in[rows].any():
             raise RuntimeError("dedup: a signature read for a row its group's first row stands for (not computed)")
         out = np.empty((len(rows), self.cfg.num_perm), np.uint32)
-        cut = np.searchsorted(rows, self.offsets)  # sorted rows: shard i's are rows[cut[i]:cut[i + 1]]
-        for i in np.flatnonzero(np.diff(cut)).tolist():
-            sel = slice(int(cut[i]), int(cut[i + 1]))
+        for i, sel in self._by_shard(rows):
             a, b = int(self.offsets[i]), int(self.offsets[i + 1])
             at = np.cumsum(~self.stands_in[a:b]) - 1  # each row's place in the file
             mm = np.load(self.folder / f"sig_{i:05d}.npy", mmap_mode="r")
