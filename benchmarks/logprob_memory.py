@@ -37,7 +37,7 @@ def one(a) -> dict:
 
         from benchmarks.estimate_gpu import SHAPES
 
-        h, n_layers, heads, kv, inter = SHAPES[a.random_init]
+        h, n_layers, heads, kv, inter, _ = SHAPES[a.random_init]
         cfg = LlamaConfig(vocab_size=a.vocab, hidden_size=h, num_hidden_layers=n_layers, num_attention_heads=heads,
                           num_key_value_heads=kv, intermediate_size=inter, max_position_embeddings=8192)
         model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).to(dev)

@@ -289,10 +289,16 @@ def cmd_train(a: argparse.Namespace) -> None:
             print(json.dumps({**dataclasses.asdict(cfg), "resolved": t.alg}, indent=2, default=str))
         return
     if not main:  # under torchrun: rank 0 speaks for the run
-        t.run(progress=False)
+        try:
+            t.run(progress=False)
+        finally:
+            t.close()
         return
     print(f"train: preset {cfg.preset} ({t.alg['cite']})")
-    ms = t.run(progress=not a.quiet)
+    try:
+        ms = t.run(progress=not a.quiet)
+    finally:
+        t.close()
     steps = [m for m in ms if m.get("step", 0) > 0]
     print(f"train: {len(steps)} steps this run, now at step {t.step}; metrics: {Path(cfg.out) / 'metrics.jsonl'}; "
           f"checkpoints: {Path(cfg.out) / 'checkpoints'}")

@@ -97,3 +97,44 @@ def test_transformers_end_to_end(small_set, tmp_path):
                          sampling=SamplingConfig(k=10, temperature=0.7, max_tokens=160, seed=0))
     m = estimate(small_set, tmp_path / "hf", cfg, progress=False)
     _check(tmp_path / "hf", m, "hf")
+
+
+def test_a_sleeping_vllm_engine_wakes_only_what_sleeps_by_name():
+    # The trainer frees vLLM's weights and KV cache (sleep level 2) for the update, wakes the weights to push, then
+    # the KV cache to generate. Some vLLM releases re-map every allocation on a wake_up() without tags (the weights
+    # awake since the push too) and fail, so each wake names only what is still asleep. A recording stand-in for
+    # vLLM's LLM: the bookkeeping is the logic under test, not vLLM.
+    pytest.importorskip("torch")
+    from curate.difficulty.engines import EngineError, VLLMSampler
+
+    calls: list = []
+
+    class LLM:
+        def sleep(self, level):
+            calls.append(("sleep", level))
+
+        def wake_up(self, tags=None):
+            calls.append(("wake_up", tags))
+
+        def reset_prefix_cache(self):
+            calls.append(("reset",))
+
+        def collective_rpc(self, method, kwargs):  # a vLLM whose reload_weights takes no iterator (before 0.32)
+            raise TypeError(f"{method}() got an unexpected keyword argument 'weights_iterator'")
+
+    e = object.__new__(VLLMSampler)
+    e.llm, e.sleep_mode, e.sleeping, e.colocate = LLM(), True, set(), True
+    e.wake()
+    assert calls == []  # awake: nothing to wake
+    e.sleep()
+    e.sleep()  # already asleep: once
+    assert calls == [("reset",), ("sleep", 2)]
+    e.wake(["weights"])  # before the push
+    e.wake()  # before generating: the KV cache only
+    e.wake()
+    assert calls[2:] == [("wake_up", ["weights"]), ("wake_up", ["kv_cache"])]
+    e.sleep()
+    with pytest.raises(EngineError, match="needs vLLM >= 0.32"):
+        e.push_weights(iter([]))
+    assert calls[-1] == ("wake_up", ["weights"])  # the weights woke for the push, the KV cache sleeps on
+    assert e.sleeping == {"kv_cache"}

