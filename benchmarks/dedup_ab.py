@@ -5,9 +5,9 @@ runs alternating.
         [--stage dedup|decontam|filter|filter_no_gate]
 
 This machine's speed drifts by 10-40% from one minute to the next, so two versions are compared run for run, in
-turn (base, new, base, new, ...), each run a fresh process that imports gradus from its checkout (a ``git
-worktree`` of the older commit). Prints each run's seconds and stage timings, the medians and their ratio, and
-whether both wrote the same kept and rejected shards (sha256 of every shard).
+turn (base, new, then new, base, ...: the second run of a pair can be the faster one), each run a fresh process
+that imports gradus from its checkout (a ``git worktree`` of the older commit). Prints each run's seconds and
+stage timings, the medians and their ratio, and whether both wrote the same kept and rejected shards (sha256 of every shard).
 """
 
 from __future__ import annotations
@@ -60,8 +60,11 @@ def main() -> None:
     secs: dict[str, list[float]] = {"base": [], "new": []}
     shards: dict[str, set] = {"base": set(), "new": set()}
     with tempfile.TemporaryDirectory(prefix="gradus-ab-") as tmp:
-        for _ in range(a.rounds):
-            for name, root in (("base", a.base), ("new", a.new)):
+        for i in range(a.rounds):
+            # the order turns every round (base, new, new, base, ...): a run right after another of the same input
+            # can be faster (page cache, CPU frequency), and a fixed order would credit that to one side
+            pair = (("base", a.base), ("new", a.new))
+            for name, root in pair if i % 2 == 0 else pair[::-1]:
                 r = run(root.resolve(), a.input.resolve(), Path(tmp) / name, a.stage)
                 secs[name].append(r["seconds"])
                 shards[name].add(tuple(r["shards"]))
