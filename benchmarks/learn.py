@@ -126,19 +126,27 @@ def _fmt(t: tuple[float, float, float]) -> str:
 
 
 def report(runs: list[dict], levels: dict[str, str], last_step: int) -> dict:
-    out: dict = {"per_run": [], "per_arm": {}, "vs_uniform": {}}
+    """Per arm and level, before -> after with the paired difference over (prompt, seed) pairs; each arm against
+    ``uniform`` per level, two ways: over (prompt, seed) pairs, and over prompts with each prompt's difference
+    averaged over the seeds first (the 72 held-out prompts are the same in every seed, so this interval does not
+    count one prompt's seeds as independent); and each seed's own difference, to see the spread between seeds."""
+    out: dict = {"per_run": [], "per_arm": {}, "vs_uniform": {}, "vs_uniform_by_prompt": {}, "vs_uniform_by_seed": {}}
     by = {}  # (arm, seed, id) -> (before row, after row)
     for r in runs:
         ev = {(e["step"], e["id"]): e for e in r["eval"]}
         for (step, pid), e in ev.items():
             if step == 0 and (last_step, pid) in ev:
                 by[r["arm"], r["seed"], pid] = (e, ev[last_step, pid])
+
+    def in_level(k, lv):
+        return lv == "all" or levels[k[2]] == lv
+
     for metric in ("mean@4", "greedy_correct"):
         for arm in sorted({r["arm"] for r in runs}):
             keys = [k for k in by if k[0] == arm]
             row = {}
             for lv in (*LEVELS, "all"):
-                ks = [k for k in keys if lv == "all" or levels[k[2]] == lv]
+                ks = [k for k in keys if in_level(k, lv)]
                 if not ks:
                     continue
                 before = statistics.mean(float(by[k][0][metric]) for k in ks)
@@ -146,12 +154,32 @@ def report(runs: list[dict], levels: dict[str, str], last_step: int) -> dict:
                 diff = paired([float(by[k][1][metric]) - float(by[k][0][metric]) for k in ks])
                 row[lv] = f"{before:.3f} -> {after:.3f}  diff {_fmt(diff)}"
             out["per_arm"].setdefault(arm, {})[metric] = row
-            if arm != "uniform":
-                common = [k for k in keys if ("uniform", k[1], k[2]) in by]
-                if common:
-                    diffs = [float(by[k][1][metric]) - float(by["uniform", k[1], k[2]][1][metric]) for k in common]
-                    text = f"{_fmt(paired(diffs))} over {len(common)} (prompt, seed) pairs"
-                    out["vs_uniform"].setdefault(arm, {})[metric] = text
+            if arm == "uniform":
+                continue
+            common = [k for k in keys if ("uniform", k[1], k[2]) in by]
+            if not common:
+                continue
+
+            def d(k, metric=metric):
+                return float(by[k][1][metric]) - float(by["uniform", k[1], k[2]][1][metric])
+
+            pooled, by_prompt, by_seed = {}, {}, {}
+            for lv in (*LEVELS, "all"):
+                ks = [k for k in common if in_level(k, lv)]
+                if not ks:
+                    continue
+                pooled[lv] = f"{_fmt(paired([d(k) for k in ks]))} over {len(ks)} (prompt, seed) pairs"
+                prompts: dict[str, list[float]] = defaultdict(list)
+                seeds: dict[int, list[float]] = defaultdict(list)
+                for k in ks:
+                    prompts[k[2]].append(d(k))
+                    seeds[k[1]].append(d(k))
+                by_prompt[lv] = (f"{_fmt(paired([statistics.mean(v) for v in prompts.values()]))} over {len(prompts)} "
+                                 f"prompts ({len(seeds)} seeds averaged)")
+                by_seed[lv] = {str(sd): round(statistics.mean(v), 3) for sd, v in sorted(seeds.items())}
+            out["vs_uniform"].setdefault(arm, {})[metric] = pooled
+            out["vs_uniform_by_prompt"].setdefault(arm, {})[metric] = by_prompt
+            out["vs_uniform_by_seed"].setdefault(arm, {})[metric] = by_seed
     for r in runs:
         out["per_run"].append({k: v for k, v in r.items() if k != "eval"})
     return out
