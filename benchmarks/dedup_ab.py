@@ -1,7 +1,7 @@
 """Interleaved A/B of the dedup stage (or decontam, the filter): two checkouts of gradus, the same ingested input,
 runs alternating.
 
-    python benchmarks/dedup_ab.py --base /path/to/old/checkout --new . --input INGESTED_DIR [--rounds 3]
+    python benchmarks/dedup_ab.py --base /path/to/old/checkout --new . --input INGESTED_DIR [--rounds 4]
         [--stage dedup|decontam|filter|filter_no_gate]
 
 This machine's speed drifts by 10-40% from one minute to the next, so two versions are compared run for run, in
@@ -54,7 +54,7 @@ def main() -> None:
     ap.add_argument("--base", type=Path, required=True, help="the older checkout (its repository root)")
     ap.add_argument("--new", type=Path, required=True, help="the newer checkout")
     ap.add_argument("--input", type=Path, required=True, help="an ingested stage output (or shard folder)")
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=4, help="even: each side runs first as often")
     ap.add_argument("--stage", default="dedup", choices=("dedup", "decontam", "filter", "filter_no_gate"))
     a = ap.parse_args()
     secs: dict[str, list[float]] = {"base": [], "new": []}

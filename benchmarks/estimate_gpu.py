@@ -32,15 +32,15 @@ SHAPES = {  # hidden, layers, heads, kv heads, intermediate, vocabulary (None: t
 
 def random_model(shape: str, tokenizer_dir: str, out: Path) -> str:
     """Random bf16 weights of ``shape`` (tied embeddings, as all four have) with the tokenizer of ``tokenizer_dir``.
-    The vocabulary is the real model's, whatever the tokenizer's: the [tokens x vocabulary] log-prob tensors are
-    what the trainer's memory depends on. Sampled ids past the tokenizer's decode to nothing (transformers and vLLM
-    both); the prompts only use ids the tokenizer has."""
+    The vocabulary is the real model's (or the tokenizer's, if that is larger): the [tokens x vocabulary] log-prob
+    tensors are what the trainer's memory depends on. Sampled ids past the tokenizer's decode to nothing
+    (transformers and vLLM both)."""
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
     h, n_layers, heads, kv, inter, vocab = SHAPES[shape]
     tok = AutoTokenizer.from_pretrained(tokenizer_dir)
-    cfg = LlamaConfig(vocab_size=vocab or len(tok), hidden_size=h, num_hidden_layers=n_layers, num_attention_heads=heads,
+    cfg = LlamaConfig(vocab_size=max(vocab or 0, len(tok)), hidden_size=h, num_hidden_layers=n_layers, num_attention_heads=heads,
                       num_key_value_heads=kv, intermediate_size=inter, max_position_embeddings=4096,
                       bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, tie_word_embeddings=True)
     torch.manual_seed(0)

@@ -112,16 +112,18 @@ def summarise(out: Path, arm: str, seed: int) -> dict:
 
 
 def paired(diffs: list[float]) -> tuple[float, float, float]:
-    """Mean of paired differences and its normal 95% interval."""
+    """Mean of paired differences and its normal 95% interval (no interval from one difference: nan bounds)."""
     n = len(diffs)
     m = statistics.mean(diffs)
     if n < 2:
-        return m, m, m
+        return m, math.nan, math.nan
     h = 1.96 * statistics.stdev(diffs) / math.sqrt(n)
     return m, m - h, m + h
 
 
 def _fmt(t: tuple[float, float, float]) -> str:
+    if math.isnan(t[1]):
+        return f"{t[0]:+.3f} [one pair: no interval]"
     return f"{t[0]:+.3f} [{t[1]:+.3f}, {t[2]:+.3f}]"
 
 
@@ -174,8 +176,9 @@ def report(runs: list[dict], levels: dict[str, str], last_step: int) -> dict:
                 for k in ks:
                     prompts[k[2]].append(d(k))
                     seeds[k[1]].append(d(k))
+                per = sorted({len(v) for v in prompts.values()})
                 by_prompt[lv] = (f"{_fmt(paired([statistics.mean(v) for v in prompts.values()]))} over {len(prompts)} "
-                                 f"prompts ({len(seeds)} seeds averaged)")
+                                 f"prompts ({'-'.join(map(str, per[:: max(1, len(per) - 1)]))} seeds averaged each)")
                 by_seed[lv] = {str(sd): round(statistics.mean(v), 3) for sd, v in sorted(seeds.items())}
             out["vs_uniform"].setdefault(arm, {})[metric] = pooled
             out["vs_uniform_by_prompt"].setdefault(arm, {})[metric] = by_prompt

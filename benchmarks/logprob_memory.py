@@ -37,9 +37,10 @@ def one(a) -> dict:
 
         from benchmarks.estimate_gpu import SHAPES
 
-        h, n_layers, heads, kv, inter, _ = SHAPES[a.random_init]
-        cfg = LlamaConfig(vocab_size=a.vocab, hidden_size=h, num_hidden_layers=n_layers, num_attention_heads=heads,
-                          num_key_value_heads=kv, intermediate_size=inter, max_position_embeddings=8192)
+        h, n_layers, heads, kv, inter, vocab = SHAPES[a.random_init]
+        cfg = LlamaConfig(vocab_size=a.vocab or vocab or 49152, hidden_size=h, num_hidden_layers=n_layers,  # tiny: 49,152
+                          num_attention_heads=heads, num_key_value_heads=kv, intermediate_size=inter,
+                          max_position_embeddings=8192)
         model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).to(dev)
     else:
         model = AutoModelForCausalLM.from_pretrained(resolve_model(None)[0], dtype=torch.float32).to(dev)
@@ -77,7 +78,7 @@ def main() -> None:
     ap.add_argument("--prompt", type=int, default=32)
     ap.add_argument("--chunks", default="0,1024", help="0: one pass")
     ap.add_argument("--random-init", help="a shape from benchmarks/estimate_gpu.py instead of the bundled model")
-    ap.add_argument("--vocab", type=int, default=151936, help="with --random-init (Qwen2.5's 151,936)")
+    ap.add_argument("--vocab", type=int, help="with --random-init: another vocabulary than the shape's (qwen2-1.5b: 151,936)")
     ap.add_argument("--bf16", action="store_true")
     ap.add_argument("--grad-ckpt", action="store_true", help="gradient checkpointing of the decoder layers")
     ap.add_argument("--chunk", type=int, help=argparse.SUPPRESS)
@@ -89,7 +90,7 @@ def main() -> None:
     res = []
     for c in map(int, a.chunks.split(",")):
         cmd = [sys.executable, __file__, "--chunk", str(c), "--seqs", str(a.seqs), "--tokens", str(a.tokens),
-               "--prompt", str(a.prompt), "--vocab", str(a.vocab)]
+               "--prompt", str(a.prompt)] + (["--vocab", str(a.vocab)] if a.vocab else [])
         cmd += (["--random-init", a.random_init] if a.random_init else []) + (["--bf16"] if a.bf16 else [])
         cmd += ["--grad-ckpt"] if a.grad_ckpt else []
         p = subprocess.run(cmd, capture_output=True, text=True)

@@ -288,17 +288,15 @@ def cmd_train(a: argparse.Namespace) -> None:
             print(f"train: preset {cfg.preset} ({t.alg['cite']})")
             print(json.dumps({**dataclasses.asdict(cfg), "resolved": t.alg}, indent=2, default=str))
         return
+    # the process group ends only after a run that finished on every rank: a rank that failed alone must not wait
+    # in destroy_process_group while the others wait in a collective (it exits, and torchrun stops the rest)
     if not main:  # under torchrun: rank 0 speaks for the run
-        try:
-            t.run(progress=False)
-        finally:
-            t.close()
+        t.run(progress=False)
+        t.close()
         return
     print(f"train: preset {cfg.preset} ({t.alg['cite']})")
-    try:
-        ms = t.run(progress=not a.quiet)
-    finally:
-        t.close()
+    ms = t.run(progress=not a.quiet)
+    t.close()
     steps = [m for m in ms if m.get("step", 0) > 0]
     print(f"train: {len(steps)} steps this run, now at step {t.step}; metrics: {Path(cfg.out) / 'metrics.jsonl'}; "
           f"checkpoints: {Path(cfg.out) / 'checkpoints'}")

