@@ -13,10 +13,11 @@ Each (arm, seed) trains ``--steps`` steps (``dapo``, 4 prompts x 8 completions, 
 template ``fewshot``, short batches skipped and counted) and is evaluated on the same 72 held-out prompts
 before the first and after the last step (greedy pass@1 and mean@4 at T = 1.0, per prompt in eval.jsonl).
 Reported: per level and overall, before -> after with a paired 95% interval over prompts (and over seeds
-pooled), entropy and boxed rate, and each arm's final accuracy against ``uniform``'s, paired by prompt and
-seed. The figures say whether the curriculum wins; the script does not decide it.
+pooled), entropy and boxed rate, and each arm's final accuracy against ``uniform``'s per level: over
+(prompt, seed) pairs, over prompts with the seeds averaged first, and seed by seed. The figures say whether the
+curriculum wins; the script does not decide it.
 
-    python benchmarks/learn.py --data DIR                         # 3 arms x 3 seeds (about 90 min on 2 cores)
+    python benchmarks/learn.py --data DIR                         # 3 arms x 3 seeds (about 3 hours on 2 cores)
     python benchmarks/learn.py --arms curriculum --seeds 0 --steps 5   # a shorter look
 """
 
