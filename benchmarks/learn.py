@@ -163,23 +163,21 @@ def report(runs: list[dict], levels: dict[str, str], last_step: int) -> dict:
             if not common:
                 continue
 
-            def d(k, metric=metric):
-                return float(by[k][1][metric]) - float(by["uniform", k[1], k[2]][1][metric])
-
+            d = {k: float(by[k][1][metric]) - float(by["uniform", k[1], k[2]][1][metric]) for k in common}
             pooled, by_prompt, by_seed = {}, {}, {}
             for lv in (*LEVELS, "all"):
                 ks = [k for k in common if in_level(k, lv)]
                 if not ks:
                     continue
-                pooled[lv] = f"{_fmt(paired([d(k) for k in ks]))} over {len(ks)} (prompt, seed) pairs"
+                pooled[lv] = f"{_fmt(paired([d[k] for k in ks]))} over {len(ks)} (prompt, seed) pairs"
                 prompts: dict[str, list[float]] = defaultdict(list)
                 seeds: dict[int, list[float]] = defaultdict(list)
                 for k in ks:
-                    prompts[k[2]].append(d(k))
-                    seeds[k[1]].append(d(k))
-                per = sorted({len(v) for v in prompts.values()})
+                    prompts[k[2]].append(d[k])
+                    seeds[k[1]].append(d[k])
+                few, most = min(map(len, prompts.values())), max(map(len, prompts.values()))
                 by_prompt[lv] = (f"{_fmt(paired([statistics.mean(v) for v in prompts.values()]))} over {len(prompts)} "
-                                 f"prompts ({'-'.join(map(str, per[:: max(1, len(per) - 1)]))} seeds averaged each)")
+                                 f"prompts ({few if few == most else f'{few}-{most}'} seeds averaged each)")
                 by_seed[lv] = {str(sd): round(statistics.mean(v), 3) for sd, v in sorted(seeds.items())}
             out["vs_uniform"].setdefault(arm, {})[metric] = pooled
             out["vs_uniform_by_prompt"].setdefault(arm, {})[metric] = by_prompt
