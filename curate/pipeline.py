@@ -22,7 +22,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from curate.clean import dedup_disk
-from curate.clean.decontam import BenchmarkIndex, DecontamConfig, init_matcher, match_batch, resolve_benchmark
+from curate.clean.decontam import (
+    BenchmarkIndex,
+    DecontamConfig,
+    Verdicts,
+    init_matcher,
+    match_batch,
+    resolve_benchmark,
+)
 from curate.clean.dedup import DedupConfig, candidate_pairs, clusters, conflict_pairs, loose_ok
 from curate.clean.dedup_disk import FEATURES, READ_COLUMNS, WORK, features
 from curate.clean.filters import BATCH_COLUMNS, FilterConfig, filter_batch
@@ -340,7 +347,8 @@ def decontam_stage(inputs: list[Path], out: Path, cfg: DecontamConfig, force: bo
         dirs = _kept_dirs(inputs)
         workers = workers_for(sum(count_rows(d) for d in dirs), cfg.workers)
         run.extra["workers"] = workers
-        read: deque = deque()  # the batches sent and not yet written, in order
+        read: deque = deque()  # the batches sent and not yet written, in order, with their rows' slots
+        verdicts = Verdicts()  # each distinct text is matched once
 
         def problems():
             for d in dirs:
@@ -350,13 +358,17 @@ def decontam_stage(inputs: list[Path], out: Path, cfg: DecontamConfig, force: bo
                         if not pc.all(pc.equal(sample["id"], content_ids(sample["problem"]))).as_py():
                             raise StageError(f"decontam: {d}: the rows' ids are not the content ids of their problems "
                                              "(shards not written by gradus ingest?): ingest the source again")
-                    read.append(t)
-                    yield t["problem"], t["id"]
+                    slots, send, new = verdicts.plan(t["problem"], t["id"])
+                    read.append((t, slots, new))
+                    rows = pa.array(send, pa.int64())
+                    yield t["problem"].take(rows), t["id"].take(rows)
 
         with run.timed("match"):
             matches = ordered_map(match_batch, problems(), workers, init_matcher, (index, cfg))
-            for bench, bid, kind in matches:
-                t = read.popleft()
+            for found in matches:
+                t, slots, new = read.popleft()
+                verdicts.fill(new, *found)
+                bench, bid, kind = verdicts.take(slots)
                 hit = pc.is_valid(kind)
                 t = t.set_column(t.schema.get_field_index("contam_benchmark"), "contam_benchmark", bench)
                 t = t.set_column(t.schema.get_field_index("contam_id"), "contam_id", bid)
@@ -368,6 +380,7 @@ def decontam_stage(inputs: list[Path], out: Path, cfg: DecontamConfig, force: bo
                 run.emit(_kept(t, pc.invert(hit), rej),
                          reject_table(rej, "decontam", reasons, details) if rej.num_rows else None)
         run.extra["contaminated_by_benchmark"] = by_bench
+        run.extra["texts_matched"] = verdicts.slots  # distinct texts: every other row took its text's verdict
 
     config = {k: v for k, v in asdict(cfg).items() if k != "workers"}  # processes change nothing in the output
     return run_stage("decontam", out, ins, config, body, force=force, input_folders=inputs)

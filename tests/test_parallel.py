@@ -45,3 +45,17 @@ def test_worker_processes_refuse_pandas_and_pyarrow_goes_on_without_it():
     assert "do not load pandas" in refused
     assert lengths == [2, 0, 4]
     assert loaded is False
+
+
+def _loaded(_: int) -> tuple[bool, bool]:
+    return "curate.clean.decontam" in sys.modules, "pandas" in sys.modules
+
+
+def test_an_initializers_arguments_are_loaded_after_pandas_is_refused():
+    # decontam's initializer and its index come from curate.clean.decontam, whose import (through curate.clean.text)
+    # makes an arrow array: loaded before the refusal, that imported pandas in every worker (0.5 s of its start)
+    from curate.clean.decontam import BenchmarkIndex, DecontamConfig, init_matcher
+
+    got = list(ordered_map(_loaded, range(4), workers=2, initializer=init_matcher,
+                           initargs=(BenchmarkIndex(ngram=8), DecontamConfig())))
+    assert got == [(True, False)] * 4

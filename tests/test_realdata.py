@@ -190,6 +190,28 @@ def test_decontam_by_content_id_flags_what_the_exact_key_flags(real_data, tmp_pa
     assert (sum(k == "exact" for k in kind), sum(k == "ngram" for k in kind)) == (500, 19)
 
 
+def test_decontam_matches_each_text_once_and_flags_every_copy(real_data, tmp_path):
+    """MATH test ingested twice (two inputs, so the copies are in other batches): each distinct text is matched once,
+    and every copy carries its text's verdict, the same as a match of every row."""
+    from curate.clean.decontam import BenchmarkIndex
+
+    for i in (1, 2):
+        ingest(str(real_data / "math_hendrycks/test/test.jsonl"), tmp_path / f"i{i}")
+    rows = read_table(tmp_path / "i1" / "kept")
+    bench = f"math500={real_data / 'math500/test.jsonl'}"
+    cfg = DecontamConfig(benchmarks=(bench,))
+    m = decontam_stage([tmp_path / "i1", tmp_path / "i2"], tmp_path / "d", cfg)
+    assert m.rows_in == 2 * rows.num_rows
+    assert m.stats["texts_matched"] == len(set(rows["problem"].to_pylist())) == rows.num_rows  # 4,986 of 9,972 rows
+    bench_, bid, kind = BenchmarkIndex.build((bench,), cfg.ngram).match(rows["problem"], cfg, rows["id"])
+    want = sorted((i, b, x, f"contaminated_{k}") for i, b, x, k in zip(rows["id"].to_pylist(), bench_, bid, kind,
+                                                                       strict=True) if k)
+    rej = read_table(tmp_path / "d" / "rejected")
+    got = sorted(zip(rej["id"].to_pylist(), rej["contam_benchmark"].to_pylist(), rej["contam_id"].to_pylist(),
+                     rej["reject_reason"].to_pylist(), strict=True))
+    assert got == sorted(want + want) and len(want) == 519
+
+
 def _dedup_real(real_data, tmp_path, files, filters=False):
     from curate.clean.dedup import DedupConfig
     from curate.clean.filters import FilterConfig

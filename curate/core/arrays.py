@@ -43,3 +43,73 @@ def in_sorted(x: np.ndarray, s: np.ndarray) -> np.ndarray:
     if len(x) == 0 or len(s) == 0:
         return np.zeros(len(x), bool)
     return s[search(s, x)] == x
+
+
+class IntTable:
+    """A hash table from int64 keys to int64 values, worked a batch of keys at a time (open addressing, linear
+    probing, at most half full): no Python per key, 16 bytes per cell. -1 is no key's: it marks an empty cell, and
+    ``get`` answers it for a key not held. Keys are placed by their low bits, so they must be well mixed already
+    (a hash's output)."""
+
+    EMPTY = -1
+
+    def __init__(self, capacity: int = 1 << 16):
+        cap = 1 << max(4, (int(capacity) - 1).bit_length())
+        self.keys = np.full(cap, self.EMPTY, np.int64)
+        self.vals = np.zeros(cap, np.int64)
+        self.n = 0
+
+    def __len__(self) -> int:
+        return self.n
+
+    def _probe(self, k: np.ndarray) -> np.ndarray:
+        """Each key's cell: where it is, or the first empty cell of its run (where it would go)."""
+        mask = len(self.keys) - 1
+        pos = k & mask
+        todo = np.arange(len(k))
+        while len(todo):
+            at = self.keys[pos[todo]]
+            go = (at != k[todo]) & (at != self.EMPTY)
+            todo = todo[go]
+            pos[todo] = (pos[todo] + 1) & mask
+        return pos
+
+    def get(self, keys: np.ndarray) -> np.ndarray:
+        """The value of each key, -1 where the table does not hold it."""
+        k = np.asarray(keys, np.int64)
+        if (k == self.EMPTY).any():
+            raise ValueError("IntTable: -1 is not a key")
+        pos = self._probe(k)
+        return np.where(self.keys[pos] == k, self.vals[pos], -1)
+
+    def put(self, keys: np.ndarray, values: np.ndarray) -> None:
+        """Add keys the table does not hold yet (distinct) with their values."""
+        k, v = np.asarray(keys, np.int64), np.asarray(values, np.int64)
+        if (k == self.EMPTY).any():
+            raise ValueError("IntTable: -1 is not a key")
+        if 2 * (self.n + len(k)) > len(self.keys):
+            held = self.keys != self.EMPTY
+            old_k, old_v = self.keys[held], self.vals[held]
+            cap = len(self.keys)
+            while 2 * (self.n + len(k)) > cap:
+                cap *= 2
+            self.keys, self.vals, self.n = np.full(cap, self.EMPTY, np.int64), np.zeros(cap, np.int64), 0
+            self._place(old_k, old_v)
+        self._place(k, v)
+
+    def _place(self, k: np.ndarray, v: np.ndarray) -> None:
+        while len(k):
+            pos = self._probe(k)
+            if (self.keys[pos] == k).any():
+                raise ValueError("IntTable.put: a key is held already")
+            # keys that probe to the same empty cell: the first takes it, the others probe on
+            order = np.argsort(pos, kind="stable")
+            p = pos[order]
+            first = np.ones(len(p), bool)
+            first[1:] = p[1:] != p[:-1]
+            win = order[first]
+            self.keys[pos[win]], self.vals[pos[win]] = k[win], v[win]
+            self.n += len(win)
+            rest = np.ones(len(k), bool)
+            rest[win] = False
+            k, v = k[rest], v[rest]
