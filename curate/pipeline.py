@@ -358,17 +358,16 @@ def decontam_stage(inputs: list[Path], out: Path, cfg: DecontamConfig, force: bo
                         if not pc.all(pc.equal(sample["id"], content_ids(sample["problem"]))).as_py():
                             raise StageError(f"decontam: {d}: the rows' ids are not the content ids of their problems "
                                              "(shards not written by gradus ingest?): ingest the source again")
-                    slots, send, new = verdicts.plan(t["problem"], t["id"])
-                    read.append((t, slots, new))
+                    refs, send, base = verdicts.plan(t["problem"], t["id"])
+                    read.append((t, refs, base))
                     rows = pa.array(send, pa.int64())
                     yield t["problem"].take(rows), t["id"].take(rows)
 
         with run.timed("match"):
             matches = ordered_map(match_batch, problems(), workers, init_matcher, (index, cfg))
             for found in matches:
-                t, slots, new = read.popleft()
-                verdicts.fill(new, *found)
-                bench, bid, kind = verdicts.take(slots)
+                t, refs, base = read.popleft()
+                bench, bid, kind = verdicts.resolve(refs, base, found)
                 hit = pc.is_valid(kind)
                 t = t.set_column(t.schema.get_field_index("contam_benchmark"), "contam_benchmark", bench)
                 t = t.set_column(t.schema.get_field_index("contam_id"), "contam_id", bid)
@@ -380,7 +379,7 @@ def decontam_stage(inputs: list[Path], out: Path, cfg: DecontamConfig, force: bo
                 run.emit(_kept(t, pc.invert(hit), rej),
                          reject_table(rej, "decontam", reasons, details) if rej.num_rows else None)
         run.extra["contaminated_by_benchmark"] = by_bench
-        run.extra["texts_matched"] = verdicts.slots  # distinct texts: every other row took its text's verdict
+        run.extra["texts_matched"] = verdicts.matched  # distinct texts: every other row took its text's verdict
 
     config = {k: v for k, v in asdict(cfg).items() if k != "workers"}  # processes change nothing in the output
     return run_stage("decontam", out, ins, config, body, force=force, input_folders=inputs)

@@ -266,6 +266,9 @@ def _numbers(canonical_text: str | None) -> Counter:
     return Counter(re.findall(r"\d+", canonical_text or ""))
 
 
+REMEMBER_TEXTS = 3_000_000  # distinct texts whose verdicts a run keeps (about 50 bytes each); later ones are matched
+
+
 class Verdicts:
     """Each distinct problem text is matched once per run: a row whose text came before takes that row's verdict.
 
@@ -275,77 +278,99 @@ class Verdicts:
     fingerprints: Python's string hash of the text (the table's key) and its content id (sha1 of the exact key,
     read from its 16 hex characters); a verdict is reused only when both are equal.
 
-    ``plan`` (when a batch is sent) gives each row a slot, and names the rows to match (one per new text) and their
-    slots; ``fill`` (when their verdicts come back) stores them; ``take`` makes a batch's columns from its slots. A
-    batch's slots are its own or an earlier batch's, so taking them in send order always finds them filled. Held
-    per distinct text: about 40 bytes (the table at most half full, a word and a verdict per slot; 90 MB for 2.2M
-    texts), and each match as Python values (few)."""
+    ``plan`` (when a batch is sent) names the rows to match (the first row of each text not known yet) and gives
+    each row a reference: a known text's slot (>= 0), or ``-1 - j`` for the ``j``-th row sent with this batch.
+    ``resolve`` (when the batch's verdicts come back, in send order) keeps the verdicts of the texts it remembers and
+    makes the batch's columns. A slot belongs to the batch that sent its text or an earlier one, so resolving in send
+    order always finds it filled. Memory is bounded: the first ``limit`` distinct texts are remembered (per text
+    18-36 bytes in the table, at most two thirds full, and 12-18 in a word and a verdict: about 80 MB for the 2.2M
+    texts of 10M synthetic rows, at most about 160 MB), later new texts are matched each time they come."""
 
-    def __init__(self) -> None:
-        self.table = IntTable()  # text hash -> slot
+    def __init__(self, limit: int = REMEMBER_TEXTS) -> None:
+        self.limit = limit
+        self.table = IntTable(values=np.int32)  # text hash -> slot
         self.word = np.zeros(1 << 16, np.int64)  # per slot: the content id's word
         self.verdict = np.zeros(1 << 16, np.int32)  # per slot: -1 not contaminated, else an index into ``matches``
-        self.slots = 0
+        self.slots = 0  # texts remembered
+        self.matched = 0  # rows sent to be matched (distinct texts, and texts past the limit each time they came)
         self.matches: list[tuple[str, str, str]] = []
 
     def plan(self, problems: pa.Array | pa.ChunkedArray,
-             ids: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(each row's slot, the rows to match in row order, their slots)."""
+             ids: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray, int]:
+        """(each row's reference, the rows to match in row order, the first slot of their texts or -1 when they are
+        past the limit)."""
         th = np.fromiter(map(hash, problems.to_pylist()), np.int64, len(problems))
         th[th == IntTable.EMPTY] = -2  # Python's hash is never -1 (CPython keeps it for errors): this is for safety
         w = _id_words(ids)
-        slots = self.table.get(th)
-        hit = slots >= 0
-        hit[hit] = self.word[slots[hit]] == w[hit]
-        slots[~hit] = -1
+        held = self.table.get(th)
+        hit = held >= 0
+        hit[hit] = self.word[held[hit]] == w[hit]
+        refs = np.where(hit, held, -1)
         new = np.flatnonzero(~hit)
-        # the new texts: one slot per (text hash, word), numbered in the order of their first rows
-        order = new[np.lexsort((new, w[new], th[new]))]
+        # the new texts: one row sent per (text hash, word), in row order
+        order = new[np.argsort(th[new], kind="stable")]  # equal hashes in row order
         first = np.ones(len(order), bool)
-        first[1:] = (th[order][1:] != th[order][:-1]) | (w[order][1:] != w[order][:-1])
+        first[1:] = th[order][1:] != th[order][:-1]
+        if (w[order][~first] != w[order][np.flatnonzero(first)[np.cumsum(first) - 1]][~first]).any():
+            order = new[np.lexsort((new, w[new], th[new]))]  # one hash, two words: told apart by the word too
+            first[1:] = (th[order][1:] != th[order][:-1]) | (w[order][1:] != w[order][:-1])
         send = np.sort(order[first])
         group_first = order[np.flatnonzero(first)[np.cumsum(first) - 1]]  # each new row's first row of its text
+        at_send = np.full(len(th), -1, np.int64)
+        at_send[send] = np.arange(len(send))
+        self.matched += len(send)
         base = self.slots
-        slot_of_first = np.full(len(th), -1, np.int64)
-        slot_of_first[send] = base + np.arange(len(send))
-        slots[order] = slot_of_first[group_first]
+        if base + len(send) > self.limit:  # past the limit: this batch's texts are not remembered
+            refs[order] = -1 - at_send[group_first]
+            return refs, send, -1
+        refs[order] = base + at_send[group_first]
         self._grow(base + len(send))
         self.word[base:base + len(send)] = w[send]
         self.verdict[base:base + len(send)] = -1
         self.slots = base + len(send)
         # the table keeps the first slot of each text hash (another text of the same hash, never seen in practice, is
         # matched each time it comes)
-        fresh = send[self.table.get(th[send]) < 0]
+        fresh = send[held[send] < 0]
         if len(fresh):
-            o = np.argsort(th[fresh], kind="stable")
-            f = fresh[o]
-            one = np.ones(len(f), bool)
-            one[1:] = th[f][1:] != th[f][:-1]
-            self.table.put(th[f[one]], slot_of_first[f[one]])
-        return slots, send, base + np.arange(len(send))
+            one = np.ones(len(fresh), bool)
+            if len(fresh) > 1:
+                o = np.argsort(th[fresh], kind="stable")
+                one[o[1:]] = th[fresh][o][1:] != th[fresh][o][:-1]
+            self.table.put(th[fresh[one]], base + at_send[fresh[one]])
+        return refs, send, base
 
     def _grow(self, n: int) -> None:
         if n > len(self.word):
-            cap = max(n, 2 * len(self.word))
+            cap = max(n, len(self.word) * 3 // 2)
             self.word = np.concatenate([self.word, np.zeros(cap - len(self.word), np.int64)])
             self.verdict = np.concatenate([self.verdict, np.zeros(cap - len(self.verdict), np.int32)])
 
-    def fill(self, slots: np.ndarray, bench: pa.Array, bid: pa.Array, kind: pa.Array) -> None:
-        """The verdicts of ``slots``, as ``match_batch`` gives them."""
-        for i in np.flatnonzero(pc.is_valid(kind).to_numpy(zero_copy_only=False)).tolist():
-            self.verdict[slots[i]] = len(self.matches)
-            self.matches.append((bench[i].as_py(), bid[i].as_py(), kind[i].as_py()))
+    def resolve(self, refs: np.ndarray, base: int,
+                found: tuple[pa.Array, pa.Array, pa.Array]) -> tuple[pa.Array, pa.Array, pa.Array]:
+        """Benchmark, benchmark id and kind of each row of a batch (null where not contaminated), from ``plan``'s
+        references and first slot, and ``found``, the verdicts of the rows it sent (as ``match_batch`` gives them)."""
+        bench, bid, kind = found
+        hit = np.flatnonzero(pc.is_valid(kind).to_numpy(zero_copy_only=False))
+        if base >= 0:  # the batch's texts are remembered: their verdicts first
+            for j in hit.tolist():
+                self.verdict[base + j] = len(self.matches)
+                self.matches.append((bench[j].as_py(), bid[j].as_py(), kind[j].as_py()))
+        local = refs < 0  # a row sent with this batch, past the limit
+        v = np.where(local, -1, self.verdict[np.maximum(refs, 0)])
+        null = ~local & (v < 0)
+        if null.all():
+            none = pa.nulls(len(refs), pa.string())
+            return none, none, none
+        # one take from [this batch's verdicts, the remembered matches]
+        at = pa.array(np.where(local, -1 - refs, len(kind) + v), pa.int64(), mask=null)
+        cols = (pa.concat_arrays([col, pa.array([m[c] for m in self.matches], pa.string())]).take(at)
+                for c, col in enumerate((bench, bid, kind)))
+        b, i, k = cols
+        return b, i, k
 
-    def take(self, slots: np.ndarray) -> tuple[pa.Array, pa.Array, pa.Array]:
-        """Benchmark, benchmark id and kind of each row from its slot (null where not contaminated)."""
-        v = self.verdict[slots]
-        at = np.flatnonzero(v >= 0)
-        cols: list[list] = [[None] * len(slots) for _ in range(3)]
-        for i, j in zip(at.tolist(), v[at].tolist(), strict=True):
-            for c in range(3):
-                cols[c][i] = self.matches[j][c]
-        bench, bid, kind = (pa.array(c, pa.string()) for c in cols)
-        return bench, bid, kind
+
+_HEX = np.full(256, 255, np.uint8)  # a lowercase hex digit's value; 255 for any other byte
+_HEX[48:58], _HEX[97:103] = np.arange(10), np.arange(10, 16)
 
 
 def _id_words(ids: pa.Array | pa.ChunkedArray) -> np.ndarray:
@@ -357,13 +382,9 @@ def _id_words(ids: pa.Array | pa.ChunkedArray) -> np.ndarray:
         offsets = np.frombuffer(ids.buffers()[1], np.int32, n + 1, ids.offset * 4)
         if offsets[-1] - offsets[0] == 16 * n and (np.diff(offsets) == 16).all():
             d = np.frombuffer(ids.buffers()[2], np.uint8, 16 * n, int(offsets[0])).reshape(n, 16)
-            digit, letter = (d >= 48) & (d <= 57), (d >= 97) & (d <= 102)
-            if (digit | letter).all():
-                v = np.where(letter, d - 87, d - 48).astype(np.uint64)
-                w = np.zeros(n, np.uint64)
-                for j in range(16):
-                    w = (w << np.uint64(4)) | v[:, j]
-                return w.view(np.int64)
+            v = _HEX[d]
+            if v.max() < 16:
+                return (v[:, 0::2] * 16 + v[:, 1::2]).view(">u8").ravel().astype(np.int64)
     return np.fromiter(map(hash, ids.to_pylist()), np.int64, n)
 
 

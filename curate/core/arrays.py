@@ -46,17 +46,17 @@ def in_sorted(x: np.ndarray, s: np.ndarray) -> np.ndarray:
 
 
 class IntTable:
-    """A hash table from int64 keys to int64 values, worked a batch of keys at a time (open addressing, linear
-    probing, at most half full): no Python per key, 16 bytes per cell. -1 is no key's: it marks an empty cell, and
-    ``get`` answers it for a key not held. Keys are placed by their low bits, so they must be well mixed already
-    (a hash's output)."""
+    """A hash table from int64 keys to integer values, worked a batch of keys at a time (open addressing, linear
+    probing, at most two thirds full): no Python per key, 8 bytes per cell for the key and the value's size. -1 is
+    no key's: it marks an empty cell, and ``get`` answers it for a key not held. Keys are placed by their low bits,
+    so they must be well mixed already (a hash's output)."""
 
     EMPTY = -1
 
-    def __init__(self, capacity: int = 1 << 16):
+    def __init__(self, capacity: int = 1 << 16, values: type = np.int64):
         cap = 1 << max(4, (int(capacity) - 1).bit_length())
         self.keys = np.full(cap, self.EMPTY, np.int64)
-        self.vals = np.zeros(cap, np.int64)
+        self.vals: np.ndarray = np.zeros(cap, values)
         self.n = 0
 
     def __len__(self) -> int:
@@ -75,25 +75,28 @@ class IntTable:
         return pos
 
     def get(self, keys: np.ndarray) -> np.ndarray:
-        """The value of each key, -1 where the table does not hold it."""
+        """The value of each key (as int64), -1 where the table does not hold it."""
         k = np.asarray(keys, np.int64)
         if (k == self.EMPTY).any():
             raise ValueError("IntTable: -1 is not a key")
         pos = self._probe(k)
-        return np.where(self.keys[pos] == k, self.vals[pos], -1)
+        return np.where(self.keys[pos] == k, self.vals[pos].astype(np.int64), -1)
 
     def put(self, keys: np.ndarray, values: np.ndarray) -> None:
         """Add keys the table does not hold yet (distinct) with their values."""
-        k, v = np.asarray(keys, np.int64), np.asarray(values, np.int64)
+        k, v = np.asarray(keys, np.int64), np.asarray(values)
         if (k == self.EMPTY).any():
             raise ValueError("IntTable: -1 is not a key")
-        if 2 * (self.n + len(k)) > len(self.keys):
-            held = self.keys != self.EMPTY
-            old_k, old_v = self.keys[held], self.vals[held]
+        if 3 * (self.n + len(k)) > 2 * len(self.keys):
             cap = len(self.keys)
-            while 2 * (self.n + len(k)) > cap:
+            while 3 * (self.n + len(k)) > 2 * cap:
                 cap *= 2
-            self.keys, self.vals, self.n = np.full(cap, self.EMPTY, np.int64), np.zeros(cap, np.int64), 0
+            held = np.flatnonzero(self.keys != self.EMPTY)
+            old_k, old_v = self.keys[held], self.vals[held]
+            dtype = self.vals.dtype
+            del held
+            self.keys = self.vals = np.zeros(0, np.int64)  # the old cells go before the new ones are made
+            self.keys, self.vals, self.n = np.full(cap, self.EMPTY, np.int64), np.zeros(cap, dtype), 0
             self._place(old_k, old_v)
         self._place(k, v)
 
