@@ -441,7 +441,7 @@ def dedup_stage(inputs: list[Path], out: Path, cfg: DedupConfig | None = None, f
                 (u, v, agree, strict), rows = _memory_pairs(dirs, cfg, prio)
         else:
             shards = [p for d in dirs for p in shard_paths(d)]
-            with worker_pool(dedup_disk.pool_size(len(shards), cfg.workers)) as pool:  # shards, then bands
+            with worker_pool(dedup_disk.pool_size(len(shards), cfg.workers), preload=True) as pool:  # shards, bands
                 with run.timed("signatures"):
                     w = dedup_disk.build(shards, work, cfg, prio, pool)
                 with run.timed("pairs"):

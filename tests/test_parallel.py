@@ -59,3 +59,39 @@ def test_an_initializers_arguments_are_loaded_after_pandas_is_refused():
     got = list(ordered_map(_loaded, range(4), workers=2, initializer=init_matcher,
                            initargs=(BenchmarkIndex(ngram=8), DecontamConfig())))
     assert got == [(True, False)] * 4
+
+
+def test_dedups_pool_forks_its_workers_from_a_server_that_loaded_the_compiled_loops(tmp_path):
+    """``worker_pool(..., preload=True)``: the workers come from a fork server that imported dedup's modules and
+    loaded numba's loops once (``curate.core.fork_server``), pandas refused there. Run in a fresh interpreter: a
+    process has one fork server, and an earlier test's grading pool may have started it without that list."""
+    import ast
+    import subprocess
+    from pathlib import Path
+
+    import pytest
+
+    pytest.importorskip("numba")
+    (tmp_path / "probe_mod.py").write_text(
+        "import sys\n"
+        "def probe(_):\n"
+        "    from curate.clean import kernels\n"
+        "    return ('numba' in sys.modules, kernels._FORK_SERVER, sorted(k for k, v in kernels._BUILT.items() if v),\n"
+        "            'pandas' in sys.modules)\n")
+    code = ("import os, sys\n"
+            f"sys.path.insert(0, {str(tmp_path)!r})\n"
+            "from curate.core.parallel import worker_pool\n"
+            "import probe_mod\n"
+            "if __name__ == '__main__':\n"
+            "    with worker_pool(2, preload=True) as pool:\n"
+            "        got = pool.submit(probe_mod.probe, 0).result()\n"
+            "    print(repr(got))\n")
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "PYTHONPATH": str(root)})
+    assert out.returncode == 0, out.stderr[-2000:]
+    numba_in, forked, built, pandas_in = ast.literal_eval(out.stdout.strip().splitlines()[-1])
+    assert (numba_in, forked, pandas_in) == (True, True, False)
+    from curate.clean.kernels import _TRY
+
+    assert built == sorted(_TRY)  # every loop loaded in the server, none left to the worker

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from collections import deque
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -689,6 +690,25 @@ def _warm_up() -> bool:
     return warm()
 
 
+def _first_step(todo: list[ShardJob], pool=None) -> list[int]:
+    """Step 1a over ``todo`` (``shard_ids``), each shard's rows in order. While the pool's first process is not ready
+    (a fork server loading numba, about 1 s), this process takes shards itself (with the numpy twins of the
+    compiled loops: the same ids, 0.12-0.15 s per 100k rows); the pool takes the rest."""
+    from curate.core.parallel import ordered_map
+
+    if pool is None:
+        return list(ordered_map(shard_ids, todo))
+    ready: list = []
+    starter = threading.Thread(target=lambda: ready.append(pool.submit(_warm_up)), daemon=True)
+    starter.start()  # submitting starts a process, which waits for the fork server
+    got, i = [], 0
+    while i < len(todo) and not (ready and ready[0].done()):
+        got.append(shard_ids(todo[i]))
+        i += 1
+    starter.join()
+    return got + list(ordered_map(shard_ids, todo[i:], pool=pool))
+
+
 def build(shards: list[Path], work: Path, cfg: DedupConfig, prio: dict[str, int], pool=None) -> Work:
     """Steps 1a, 2 and 1b over every input shard (1a and 1b in ``pool``'s processes, from ``worker_pool``, when
     given; shards whose files are there already, from a killed run or from a scheduler's tasks, are not computed
@@ -698,7 +718,7 @@ def build(shards: list[Path], work: Path, cfg: DedupConfig, prio: dict[str, int]
     claim_work(work)
     todo = jobs(shards, work, cfg, prio)
     rows = [pq.ParquetFile(p).metadata.num_rows for p in shards]
-    got = list(ordered_map(shard_ids, todo, pool=pool))
+    got = _first_step(todo, pool)
     if got != rows:
         raise RuntimeError(f"dedup: the shards changed while read ({got} rows, expected {rows})")
     # the workers load the compiled loops (``kernels``) while this process finds the exact groups

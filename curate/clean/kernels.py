@@ -34,6 +34,7 @@ from collections.abc import Callable
 import numpy as np
 
 _BUILT: dict[str, Callable | None] = {}
+_FORK_SERVER = False  # set in a worker pool's fork server (``curate.core.fork_server``), which loads the loops once
 
 
 def compiled(name: str) -> Callable | None:
@@ -48,7 +49,8 @@ def compiled(name: str) -> Callable | None:
     numpy and ``hashlib`` twins) rather than failing a worker mid-stage."""
     if name not in _BUILT:
         fn = None
-        if os.environ.get("GRADUS_NUMBA", "1") != "0" and multiprocessing.parent_process() is not None:
+        if os.environ.get("GRADUS_NUMBA", "1") != "0" and (multiprocessing.parent_process() is not None
+                                                          or _FORK_SERVER):
             try:
                 import numba
 
