@@ -22,7 +22,7 @@ steps, ``text._ascii_tokens``' numpy passes, ``number_strings``' regex passes, `
 gathers, ``text._word_hashes``'s ``hashlib``), and both give the same values bit for bit: tests hold them equal on
 real text. The functions are plain Python, compiled on first use in each process (``compiled``) and cached on disk
 by numba, so a worker process loads them instead of compiling again; importing this module does not import numba,
-and only a worker process of a pool ever does (``compiled``).
+and only a worker process of a pool, or dedup's fork server, ever does (``compiled``).
 """
 
 from __future__ import annotations
@@ -39,8 +39,9 @@ _FORK_SERVER = False  # set in a worker pool's fork server (``curate.core.fork_s
 
 def compiled(name: str) -> Callable | None:
     """The compiled ``name`` (one of ``_TRY``), or None where numba is missing or turned off, and in any process that
-    no ``multiprocessing`` parent started. Numba is only ever imported in a worker process of a pool (dedup's, which
-    ends with its stage), never in the process a run lives in: that process may start vLLM, and vLLM 0.32
+    no ``multiprocessing`` parent started but dedup's fork server (``curate.core.fork_server``). Numba is only ever
+    imported in a worker process of a pool (dedup's, which ends with its stage) or in that server, never in the
+    process a run lives in: that process may start vLLM, and vLLM 0.32
     (``triton_utils.dispatcher._rebind_kernels``) scans every loaded module and fails on llvmlite's objects
     ("'_lib_fn_wrapper' object has no attribute 'get'") once numba is loaded.
 
