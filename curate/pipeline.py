@@ -347,7 +347,7 @@ def decontam_stage(inputs: list[Path], out: Path, cfg: DecontamConfig, force: bo
         dirs = _kept_dirs(inputs)
         workers = workers_for(sum(count_rows(d) for d in dirs), cfg.workers)
         run.extra["workers"] = workers
-        read: deque = deque()  # the batches sent and not yet written, in order, with their rows' slots
+        read: deque = deque()  # the batches sent and not yet written, in order, with their rows' references
         verdicts = Verdicts()  # each distinct text is matched once
 
         def problems():

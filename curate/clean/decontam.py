@@ -328,14 +328,13 @@ class Verdicts:
         self.word[base:base + len(send)] = w[send]
         self.verdict[base:base + len(send)] = -1
         self.slots = base + len(send)
-        # the table keeps the first slot of each text hash (another text of the same hash, never seen in practice, is
+        # the table keeps one slot per text hash (another text of the same hash, never seen in practice, is
         # matched each time it comes)
-        fresh = send[held[send] < 0]
+        fresh = order[first]  # the sent rows, already sorted by text hash
+        fresh = fresh[held[fresh] < 0]
         if len(fresh):
             one = np.ones(len(fresh), bool)
-            if len(fresh) > 1:
-                o = np.argsort(th[fresh], kind="stable")
-                one[o[1:]] = th[fresh][o][1:] != th[fresh][o][:-1]
+            one[1:] = th[fresh][1:] != th[fresh][:-1]
             self.table.put(th[fresh[one]], base + at_send[fresh[one]])
         return refs, send, base
 
@@ -363,9 +362,8 @@ class Verdicts:
             return none, none, none
         # one take from [this batch's verdicts, the remembered matches]
         at = pa.array(np.where(local, -1 - refs, len(kind) + v), pa.int64(), mask=null)
-        cols = (pa.concat_arrays([col, pa.array([m[c] for m in self.matches], pa.string())]).take(at)
-                for c, col in enumerate((bench, bid, kind)))
-        b, i, k = cols
+        b, i, k = (pa.concat_arrays([col, pa.array([m[c] for m in self.matches], pa.string())]).take(at)
+                   for c, col in enumerate((bench, bid, kind)))
         return b, i, k
 
 

@@ -7,12 +7,9 @@ preload list only."""
 
 from __future__ import annotations
 
-import sys
+from curate.core.parallel import start_worker
 
-from curate.core.parallel import _NoPandas
-
-if not any(isinstance(f, _NoPandas) for f in sys.meta_path):
-    sys.meta_path.insert(0, _NoPandas())
+start_worker()  # pandas refused first, as in every worker
 
 try:  # the server must start whatever happens here: a worker forked from it loads what is missing itself
     import curate.clean.dedup_disk  # noqa: F401
