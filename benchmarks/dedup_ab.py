@@ -7,7 +7,8 @@ runs alternating.
 This machine's speed drifts by 10-40% from one minute to the next, so two versions are compared run for run, in
 turn (base, new, then new, base, ...: the second run of a pair can be the faster one), each run a fresh process
 that imports gradus from its checkout (a ``git worktree`` of the older commit). Prints each run's seconds and
-stage timings, the medians and their ratio, and whether both wrote the same kept and rejected shards (sha256 of every shard).
+stage timings, the medians and their ratio, the same for the CPU seconds of all the run's processes (steadier than
+the wall clock here), and whether both wrote the same kept and rejected shards (sha256 of every shard).
 """
 
 from __future__ import annotations
@@ -36,7 +37,12 @@ else:  # filter (the gold gate, no verdict cache: a first run) or filter_no_gate
     from curate.clean.filters import FilterConfig
     m = filter_stage(src, out, FilterConfig(gold_gate=stage == "filter", gold_cache=""), force=True)
 secs = time.perf_counter() - t0
-print(json.dumps({"seconds": secs, "timings": m.stats["timings"],
+import resource
+from multiprocessing import forkserver
+forkserver._forkserver._stop()  # dedup's workers are the fork server's children: reaped with it, counted below
+cpu = sum(getattr(resource.getrusage(w), k) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+          for k in ("ru_utime", "ru_stime"))
+print(json.dumps({"seconds": secs, "cpu": cpu, "timings": m.stats["timings"],
                   "shards": [s["sha256"] for s in m.kept_shards + m.rejected_shards]}))
 """
 
@@ -58,6 +64,7 @@ def main() -> None:
     ap.add_argument("--stage", default="dedup", choices=("dedup", "decontam", "filter", "filter_no_gate"))
     a = ap.parse_args()
     secs: dict[str, list[float]] = {"base": [], "new": []}
+    cpu: dict[str, list[float]] = {"base": [], "new": []}
     shards: dict[str, set] = {"base": set(), "new": set()}
     with tempfile.TemporaryDirectory(prefix="gradus-ab-") as tmp:
         for i in range(a.rounds):
@@ -67,11 +74,14 @@ def main() -> None:
             for name, root in pair if i % 2 == 0 else pair[::-1]:
                 r = run(root.resolve(), a.input.resolve(), Path(tmp) / name, a.stage)
                 secs[name].append(r["seconds"])
+                cpu[name].append(r["cpu"])
                 shards[name].add(tuple(r["shards"]))
-                print(f"{name} {r['seconds']:.2f} s {r['timings']}", flush=True)
+                print(f"{name} {r['seconds']:.2f} s, {r['cpu']:.1f} CPU-s {r['timings']}", flush=True)
     b, n = median(secs["base"]), median(secs["new"])
     print(f"base {', '.join(f'{x:.2f}' for x in secs['base'])} (median {b:.2f})  "
           f"new {', '.join(f'{x:.2f}' for x in secs['new'])} (median {n:.2f})  {b / n:.2f}x")
+    cb, cn = median(cpu["base"]), median(cpu["new"])
+    print(f"CPU seconds (every process of the run): base median {cb:.1f}, new median {cn:.1f}  {cb / cn:.2f}x")
     same = len(shards["base"] | shards["new"]) == 1
     print("the same shards" if same else "THE SHARDS DIFFER")
 

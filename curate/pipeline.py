@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import shutil
 from collections import deque
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -34,7 +35,7 @@ from curate.clean.dedup import DedupConfig, candidate_pairs, clusters, conflict_
 from curate.clean.dedup_disk import FEATURES, READ_COLUMNS, WORK, features
 from curate.clean.filters import BATCH_COLUMNS, FilterConfig, filter_batch
 from curate.clean.text import content_ids, repair_escapes
-from curate.core.arrays import in_sorted, search, unique
+from curate.core.arrays import in_sorted, search, unique, unique_inverse
 from curate.core.config import ConfigError, check_keys, from_dict, load_file
 from curate.core.errors import SourceError
 from curate.core.manifest import Manifest
@@ -451,8 +452,8 @@ def dedup_stage(inputs: list[Path], out: Path, cfg: DedupConfig | None = None, f
                                        "id_groups": int(len(groups)), "id_groups_paired_by_row": int(len(mixed)),
                                        "rows_with_signatures": int(sum(w.entries)) if cfg.near else 0}
         n = rows.n
-        nodes = unique(np.r_[u, v])  # the rows that have a pair (a group's first row stands for the group)
-        cu, cv = (search(nodes, x) if len(nodes) else np.zeros(0, np.int64) for x in (u, v))  # every u and v is a node
+        nodes, inv = unique_inverse(np.r_[u, v])  # the rows that have a pair (a group's first row stands for the group)
+        cu, cv = inv[: len(u)], inv[len(u) :]
         f = rows.columns(nodes, ["idh", "stmt", "ans", "year", "rank"])
         with run.timed("pairs"):
             year = f["year"]
@@ -483,7 +484,11 @@ def dedup_stage(inputs: list[Path], out: Path, cfg: DedupConfig | None = None, f
             ranks[has], best[has] = groups["rank"][at[has]], groups["best"][at[has]]
             rep_c, kind = clusters(len(nodes), cu, cv, strict, loose, same, differ, same_statement, idh, ranks, cfg,
                                    tiebreak=best)
-            decided = _Decided(nodes, grouped, best[rep_c], idh[rep_c], kind == 3, idh, groups)
+            in_group = None
+            if len(groups):  # the disk engine's groups: their first rows and the rows those stand for
+                in_group = rows.stands_in.copy()
+                in_group[groups["first"]] = True
+            decided = _Decided(nodes, grouped, best[rep_c], idh[rep_c], kind == 3, idh, groups, in_group)
         conflicts = _conflict_clusters(rep_c, cu, cv, differ, same_statement, nodes, best, grouped, rows, cfg)
         detail_of = {}
         for c in conflicts:
@@ -502,7 +507,7 @@ def dedup_stage(inputs: list[Path], out: Path, cfg: DedupConfig | None = None, f
         for d in dirs:
             for t in iter_batches(d):
                 m = t.num_rows
-                rep, k = decided.rows(start, m, rows.ids(start, m))
+                rep, k = decided.rows(start, m, rows.ids)
                 cluster = t["id"].combine_chunks()  # a row's own id, unless it is merged into a row of another id
                 other = (k >= 2) & (rep != np.arange(start, start + m))
                 if other.any() and len(rep_rows):
@@ -547,38 +552,53 @@ def dedup_stage(inputs: list[Path], out: Path, cfg: DedupConfig | None = None, f
 
 class _Decided:
     """Each row's fate from the clustered nodes: the row it is merged into (``rep``) and its kind (0 kept, 1 exact
-    duplicate, 2 near duplicate, 3 gold conflict), looked up by content id for the rows a group node stands for
-    (and for the groups that met no other text) and by row for the others."""
+    duplicate, 2 near duplicate, 3 gold conflict). The rows of an exact group (``dedup_disk.Work.exact_groups``: its
+    first row is the node of every row of its content id) look theirs up by content id, the groups that met no other
+    text included; every other row by row (a node, or a row of no pair: kept as it is).
 
-    def __init__(self, nodes, grouped, rep_row, rep_idh, conflict, idh, groups):
-        self.rows_at = nodes[~grouped]  # sorted
-        self.row_rep, self.row_idh, self.row_conf = rep_row[~grouped], rep_idh[~grouped], conflict[~grouped]
+    ``in_group``: each row's flag, whether it is a row of a group (None: no groups). Only those rows' content ids are
+    read (``rows``)."""
+
+    def __init__(self, nodes, grouped, rep_row, rep_idh, conflict, idh, groups, in_group: np.ndarray | None):
+        # a node stands for its content id when that id is a group's; a node of an id of one row (or of an id whose
+        # rows differ, ``grouped`` False) stands for its row only
+        by_id = grouped & in_sorted(idh.astype(np.uint64), groups["idh"].astype(np.uint64))
+        self.rows_at = nodes[~by_id]  # sorted
+        self.row_rep, self.row_idh, self.row_conf = rep_row[~by_id], rep_idh[~by_id], conflict[~by_id]
         # groups no pair reached: their best row stays
-        alone = ~in_sorted(groups["idh"].astype(np.uint64), unique(idh[grouped].astype(np.uint64)))
-        keys = np.r_[idh[grouped], groups["idh"][alone]].astype(np.uint64)
+        alone = ~in_sorted(groups["idh"].astype(np.uint64), unique(idh[by_id].astype(np.uint64)))
+        keys = np.r_[idh[by_id], groups["idh"][alone]].astype(np.uint64)
         order = np.argsort(keys, kind="stable")
         self.ids = keys[order]
-        self.id_rep = np.r_[rep_row[grouped], groups["best"][alone]].astype(np.int64)[order]
-        self.id_idh = np.r_[rep_idh[grouped], groups["idh"][alone]].astype(np.uint64)[order]
-        self.id_conf = np.r_[conflict[grouped], np.zeros(int(alone.sum()), bool)][order]
-        self.row_own = idh[~grouped]
+        self.id_rep = np.r_[rep_row[by_id], groups["best"][alone]].astype(np.int64)[order]
+        self.id_idh = np.r_[rep_idh[by_id], groups["idh"][alone]].astype(np.uint64)[order]
+        self.id_conf = np.r_[conflict[by_id], np.zeros(int(alone.sum()), bool)][order]
+        self.row_own = idh[~by_id]
+        self.in_group = in_group if len(self.ids) else None
 
     def foreign_reps(self) -> np.ndarray:
         """The rows kept for rows of another content id (their ids are those rows' cluster names), sorted."""
         return unique(np.r_[self.row_rep[self.row_idh != self.row_own], self.id_rep[self.id_idh != self.ids]])
 
-    def rows(self, start: int, m: int, idh: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``(rep, kind)`` of rows ``start .. start + m`` whose content id hashes are ``idh``."""
+    def rows(self, start: int, m: int, ids_of: Callable[[int, int], np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """``(rep, kind)`` of rows ``start .. start + m``; ``ids_of(start, m)``: their content id hashes, asked for
+        only when a group's rows are among them."""
         rows = np.arange(start, start + m, dtype=np.int64)
-        rep, rep_idh, conf = rows.copy(), idh.copy(), np.zeros(m, bool)
-        if len(self.ids):
-            pos = search(self.ids, idh)
-            hit = self.ids[pos] == idh
-            rep[hit], rep_idh[hit], conf[hit] = self.id_rep[pos[hit]], self.id_idh[pos[hit]], self.id_conf[pos[hit]]
+        rep, kind, conf = rows.copy(), np.zeros(m, np.int8), np.zeros(m, bool)
         a, b = np.searchsorted(self.rows_at, [start, start + m])
         local = self.rows_at[a:b] - start
-        rep[local], rep_idh[local], conf[local] = self.row_rep[a:b], self.row_idh[a:b], self.row_conf[a:b]
-        kind = np.where(rep == rows, 0, np.where(rep_idh == idh, 1, 2)).astype(np.int8)
+        rep[local], conf[local] = self.row_rep[a:b], self.row_conf[a:b]
+        kind[local] = np.where(rep[local] == self.rows_at[a:b], 0, np.where(self.row_idh[a:b] == self.row_own[a:b], 1, 2))
+        if self.in_group is not None:
+            at = np.flatnonzero(self.in_group[start : start + m])
+            if len(at):
+                idh = ids_of(start, m)[at]
+                pos = search(self.ids, idh)
+                if not (self.ids[pos] == idh).all():
+                    raise StageError("dedup: a row of an exact group whose content id no group holds (a damaged work "
+                                     "folder?)")
+                rep[at], conf[at] = self.id_rep[pos], self.id_conf[pos]
+                kind[at] = np.where(rep[at] == rows[at], 0, np.where(self.id_idh[pos] == idh, 1, 2))
         kind[conf] = 3
         return rep, kind
 

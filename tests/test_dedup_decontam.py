@@ -93,7 +93,7 @@ def test_the_compiled_loops_never_load_in_the_main_process():
     from curate.clean.kernels import compiled
 
     assert all(compiled(k) is None for k in ("shingle_loop", "blake2b_8", "hash_loop", "token_loop", "digits_loop",
-                                             "stmt_loop", "agree_loop"))
+                                             "stmt_loop", "agree_loop", "pair_loop"))
 
 
 def test_compiled_minhash_gives_the_numpy_signatures_bit_for_bit(real_data):
@@ -225,7 +225,7 @@ def test_compiled_numbers_give_the_regex_numbers(real_data):
 
 
 def _signatures_after_features(rows: list[str]) -> dict[str, int] | None:
-    from curate.clean import kernels
+    from curate.clean import dedup_disk, kernels
     from curate.clean.dedup_disk import features
 
     if not kernels.warm():
@@ -235,6 +235,10 @@ def _signatures_after_features(rows: list[str]) -> dict[str, int] | None:
                   "answer": ["1"] * n, "problem": rows, "year": pa.nulls(n, pa.int64())})
     features(t, DedupConfig(), {})
     features(t, DedupConfig(), {}, np.arange(n) % 2 == 0)
+    seg = {k: np.empty(n, np.uint64) for k in ("hi", "lo", "rn")}  # as ``Work._slices`` reads them
+    for k in seg:
+        seg[k][:] = np.arange(n) % 7
+    dedup_disk._key_pairs(seg)
     return {k: len(f.signatures) for k, f in kernels._BUILT.items() if f is not None}
 
 
@@ -246,7 +250,7 @@ def test_each_loop_is_compiled_for_one_set_of_types(real_data):
     if got is None:
         pytest.skip("numba is not installed here (or GRADUS_NUMBA=0)")
     assert got == {"shingle_loop": 1, "blake2b_8": 1, "hash_loop": 1, "token_loop": 1, "digits_loop": 1, "stmt_loop": 1,
-                   "agree_loop": 1}
+                   "agree_loop": 1, "pair_loop": 1}
 
 
 def _agree_both(sig: np.ndarray, iu: np.ndarray, iv: np.ndarray) -> tuple | None:

@@ -145,6 +145,69 @@ def test_band_entries_are_grouped_by_key_then_row_even_when_keys_share_their_hig
         assert groups(r, dedup_disk._by_key(r)) == groups(r, order[k | np.r_[k[1:], False]])
 
 
+def _key_pairs_compiled(segs: list[dict]) -> list | None:
+    """``dedup_disk._key_pairs`` of each band range, through the compiled loop (None where it does not load)."""
+    from curate.clean.kernels import compiled
+
+    if compiled("pair_loop") is None:
+        return None
+    return [dedup_disk._key_pairs(seg) for seg in segs]
+
+
+def _seg(hi, lo, rn) -> dict:
+    """Band entries as ``Work._slices`` reads them: a writable uint64 column each."""
+    out = {}
+    for k, v in (("hi", hi), ("lo", lo), ("rn", rn)):
+        out[k] = np.empty(len(v), np.uint64)
+        out[k][:] = v
+    return out
+
+
+def test_compiled_key_pairs_give_the_sorted_groups_pairs(real_data):
+    """``kernels.pair_loop`` (in a worker process) against ``_by_key`` and ``_groups``: each entry whose key an
+    earlier entry holds, with that key's first entry, on crafted keys and on the band entries of MATH test."""
+    mix = np.uint64(0x9E3779B97F4A7C15)
+    with np.errstate(over="ignore"):
+        twin = np.uint64(5) ^ (np.uint64(1) * mix) ^ (np.uint64(2) * mix)  # (twin, 2) has the word of (5, 1)
+    # rows 0-7: keys (5, 1) at rows 0, 3, 6; (5, 2) at 1, 7; (twin, 2) at 2, 5 (same word as (5, 1), another key);
+    # (9, 9) once (no pair)
+    crafted = _seg([5, 5, twin, 5, 9, twin, 5, 5], [1, 2, 2, 1, 9, 2, 1, 2], np.arange(8, dtype=np.uint64) << 32)
+    want = {(3, 0), (6, 0), (7, 1), (5, 2)}
+    rows = [json.loads(x)["problem"] for x in (real_data / "math_hendrycks/test/test.jsonl").read_text().splitlines()]
+    rows = rows + [r + " Explain." for r in rows[:1500]]  # near copies: many shared band keys
+    sig = minhash(pa.array(rows), DedupConfig())
+    words = np.empty((24, 2, len(rows)), np.uint64)
+    dedup_disk._band_words(sig, DedupConfig(), words)
+    n = len(rows)
+    real = [_seg(dedup_disk._mix(words[b, 0]), words[b, 1], np.arange(n, dtype=np.uint64) << 32) for b in range(24)]
+    rng = np.random.default_rng(0)  # many shared keys, in few buckets and in many
+    small = [_seg(rng.integers(0, k, 20_000), rng.integers(0, 2, 20_000), np.arange(20_000, dtype=np.uint64) << 32)
+             for k in (3, 5_000)]
+    segs = [crafted, *real, *small]
+    got = _in_a_worker(_key_pairs_compiled, segs)
+    if got is None:
+        pytest.skip("numba is not installed here (or GRADUS_NUMBA=0)")
+    as_set = lambda ra, rb: set(zip((ra >> np.uint64(32)).tolist(), (rb >> np.uint64(32)).tolist(), strict=True))  # noqa: E731
+    assert as_set(*got[0]) == want == as_set(*dedup_disk._key_pairs(crafted))  # here: the numpy twin
+    shared = 0
+    for seg, (ra, rb) in zip(segs, got, strict=True):
+        at = dedup_disk._by_key(seg)
+        later, first = dedup_disk._groups([seg["hi"][at], seg["lo"][at]])
+        plain = as_set(seg["rn"][at[later]], seg["rn"][at[first]])
+        assert len(ra) == len(plain) and as_set(ra, rb) == plain
+        shared += len(plain)
+    assert shared > 24 * 1000  # the near copies share most of their bands
+
+
+def _in_a_worker(fn, *args):
+    """``fn(*args)`` in a spawned worker process, where the compiled loops may load (``kernels.compiled``)."""
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(1, mp_context=mp.get_context("spawn")) as ex:
+        return ex.submit(fn, *args).result()
+
+
 def test_parts_for_bounds_each_key_range():
     assert dedup_disk.parts_for(10) == 1
     assert dedup_disk.parts_for(dedup_disk.PART_ENTRIES) == 1

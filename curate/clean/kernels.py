@@ -14,15 +14,19 @@ workers would pay numba's import (0.6 s, about 110 MB each) for less than they s
   spaces), folded in straight from the tokens' bytes instead of joined into strings first.
 - ``agree_loop``: the share of equal MinHash values of each judged pair of rows, compared in place, instead of
   numpy's gathered copies of both signatures and their elementwise comparison.
+- ``pair_loop``: a band's entries that share a key, each with the first entry of its key, found with a small hash
+  table per bucket of a word of the keys (the buckets by a counting sort), instead of ``dedup_disk._by_key``'s sort of
+  every entry's 64-bit word and its gathers.
 - ``blake2b_8``: BLAKE2b with an 8-byte digest (RFC 7693; no key, salt or personalization) of many short byte
   strings at once, instead of one ``hashlib`` object per distinct word.
 
-Each has a twin that the callers use without numba (``dedup.minhash``'s shingles and numpy blocks, ``hash_strings``' numpy
-steps, ``text._ascii_tokens``' numpy passes, ``number_strings``' regex passes, ``dedup_disk.Work.judge``'s
-gathers, ``text._word_hashes``'s ``hashlib``), and both give the same values bit for bit: tests hold them equal on
-real text. The functions are plain Python, compiled on first use in each process (``compiled``) and cached on disk
-by numba, so a worker process loads them instead of compiling again; importing this module does not import numba,
-and only a worker process of a pool, or dedup's fork server, ever does (``compiled``).
+Each has a twin that the callers use without numba (``dedup.minhash``'s shingles and numpy blocks, ``hash_strings``'
+numpy steps, ``text._ascii_tokens``' numpy passes, ``number_strings``' regex passes, ``dedup_disk.Work.judge``'s
+gathers, ``dedup_disk._by_key``'s sort, ``text._word_hashes``'s ``hashlib``), and both give the same values bit for
+bit (``pair_loop`` the same pairs, in another order): tests hold them equal on real text. The functions are plain
+Python, compiled on first use in each process (``compiled``) and cached on disk by numba, so a worker process loads
+them instead of compiling again; importing this module does not import numba, and only a worker process of a pool,
+or dedup's fork server, ever does (``compiled``).
 """
 
 from __future__ import annotations
@@ -91,7 +95,15 @@ _TRY: dict[str, Callable] = {  # one tiny call of each loop, with the types its 
     "stmt_loop": lambda f: f(np.frombuffer(b"a", np.uint8), np.array([0, 1], np.int64), np.array([0, 1], np.int64),
                              np.ones(1, np.bool_), np.empty(1, np.uint64)),
     "agree_loop": lambda f: f(np.zeros((1, 2), np.uint32), np.zeros(1, np.int64), np.zeros(1, np.int64), np.empty(1)),
+    "pair_loop": lambda f: f(np.zeros(2, np.uint64), np.zeros(2, np.uint64), 1, *_pair_scratch(2)),
 }
+
+
+def _pair_scratch(n: int) -> list[np.ndarray]:
+    """``pair_loop``'s arrays after ``bits``, for ``n`` entries: ``later``, ``first``, ``bw``, ``bhi``, ``blo``,
+    ``bat``."""
+    return [np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.uint64), np.empty(n, np.uint64),
+            np.empty(n, np.uint64), np.empty(n, np.int64)]
 
 
 def warm() -> bool:
@@ -281,6 +293,66 @@ def agree_loop(sig, iu, iv, out):  # pragma: no cover (run compiled)
             if sig[a, p] == sig[b, p]:
                 c += 1
         out[j] = c / perms
+
+
+_KEY_MIX = np.uint64(0x9E3779B97F4A7C15)  # ``dedup_disk._by_key``'s multiplier of a key's second word
+
+
+def pair_loop(hi, lo, bits, later, first, bw, bhi, blo, bat):  # pragma: no cover (run compiled)
+    """The entries ``i`` of a band's key range (keys ``(hi[i], lo[i])``) whose key an earlier entry holds, each with
+    the first entry of its key: ``later[j], first[j]`` for ``j <`` the count returned (room for every entry in both),
+    bucket by bucket, each bucket's in position order.
+
+    The entries are copied into ``2^bits`` buckets by the top bits of a word of their key (``hi ^ lo * _KEY_MIX``,
+    both words: near duplicates often share a band's first word, not their second), in position order within a
+    bucket (a counting sort into ``bw``, ``bhi``, ``blo``, ``bat``: the word, the key, the position; scratch of at
+    least ``len(hi)`` each, which the caller keeps from call to call: new pages cost more than the pass). Each bucket
+    is then read in order into a hash table of the keys met so far in it (linear probing on the word's low bits; a
+    slot is told as taken by a stamp of the bucket, so nothing is cleared between buckets), where a key's first entry
+    is the one found."""
+    n = hi.shape[0]
+    nb = 1 << bits
+    shift = np.uint64(64 - bits)
+    start = np.zeros(nb + 1, np.int64)
+    for i in range(n):
+        start[np.int64((hi[i] ^ (lo[i] * _KEY_MIX)) >> shift) + 1] += 1
+    biggest = 0
+    for b in range(nb):
+        biggest = max(biggest, start[b + 1])
+        start[b + 1] += start[b]
+    fill = start[:nb].copy()
+    for i in range(n):
+        w = hi[i] ^ (lo[i] * _KEY_MIX)
+        c = np.int64(w >> shift)
+        k = fill[c]
+        fill[c] = k + 1
+        bw[k], bhi[k], blo[k], bat[k] = w, hi[i], lo[i], i
+    size = 8
+    while size < 2 * biggest:
+        size *= 2
+    mask = np.uint64(size - 1)
+    stamp = np.full(size, -1, np.int64)
+    thi = np.empty(size, np.uint64)
+    tlo = np.empty(size, np.uint64)
+    tat = np.empty(size, np.int64)
+    m = 0
+    for b in range(nb):
+        if start[b + 1] - start[b] < 2:
+            continue
+        for k in range(start[b], start[b + 1]):
+            slot = np.int64(bw[k] & mask)
+            while True:
+                if stamp[slot] != b:
+                    stamp[slot] = b
+                    thi[slot], tlo[slot], tat[slot] = bhi[k], blo[k], bat[k]
+                    break
+                if thi[slot] == bhi[k] and tlo[slot] == blo[k]:
+                    later[m] = bat[k]
+                    first[m] = tat[slot]
+                    m += 1
+                    break
+                slot = (slot + 1) & (size - 1)
+    return m
 
 
 _IV = np.array([0x6A09E667F3BCC908, 0xBB67AE8584CAA73B, 0x3C6EF372FE94F82B, 0xA54FF53A5F1D36F1,

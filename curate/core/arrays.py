@@ -21,6 +21,20 @@ def unique(x: np.ndarray) -> np.ndarray:
     return s[keep]
 
 
+def unique_inverse(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The sorted distinct values of ``x`` and each value's place among them (``np.unique(x, return_inverse=True)``),
+    from one sort."""
+    x = np.asarray(x).ravel()
+    order = np.argsort(x)
+    s = x[order]
+    new = np.empty(len(s), bool)
+    new[:1] = True
+    np.not_equal(s[1:], s[:-1], out=new[1:])
+    inv = np.empty(len(x), np.int64)
+    inv[order] = np.cumsum(new) - 1
+    return s[new], inv
+
+
 def union(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """The sorted distinct values of both (``np.union1d``)."""
     return unique(np.concatenate([np.asarray(a).ravel(), np.asarray(b).ravel()]))
