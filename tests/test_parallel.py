@@ -63,7 +63,7 @@ def test_an_initializers_arguments_are_loaded_after_pandas_is_refused():
 
 def test_dedups_pool_forks_its_workers_from_a_server_that_loaded_the_compiled_loops(tmp_path):
     """``worker_pool(..., preload=True)``: the workers come from a fork server that imported dedup's modules and
-    loaded numba's loops once (``curate.core.fork_server``), pandas refused there. Run in a fresh interpreter: a
+    loaded numba's loops once (``curate.core.fork_server``), pandas refused there, and set how they take memory. Run in a fresh interpreter: a
     process has one fork server, and an earlier test's grading pool may have started it without that list."""
     import ast
     import importlib.util
@@ -75,11 +75,13 @@ def test_dedups_pool_forks_its_workers_from_a_server_that_loaded_the_compiled_lo
     if importlib.util.find_spec("numba") is None:  # not imported here: numba in this process breaks vLLM's later tests
         pytest.skip("numba is not installed here")
     (tmp_path / "probe_mod.py").write_text(
-        "import sys\n"
+        "import gc, sys\n"
+        "import numpy as np\n"
         "def probe(_):\n"
         "    from curate.clean import kernels\n"
+        "    huge = np._core.multiarray._set_madvise_hugepage(False)  # returns the setting it found\n"
         "    return ('numba' in sys.modules, kernels._FORK_SERVER, sorted(k for k, v in kernels._BUILT.items() if v),\n"
-        "            'pandas' in sys.modules)\n")
+        "            'pandas' in sys.modules, huge, gc.get_freeze_count(), gc.isenabled())\n")
     code = ("import os, sys\n"
             f"sys.path.insert(0, {str(tmp_path)!r})\n"
             "from curate.core.parallel import worker_pool\n"
@@ -92,8 +94,10 @@ def test_dedups_pool_forks_its_workers_from_a_server_that_loaded_the_compiled_lo
     out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300,
                          env={**os.environ, "PYTHONPATH": str(root)})
     assert out.returncode == 0, out.stderr[-2000:]
-    numba_in, forked, built, pandas_in = ast.literal_eval(out.stdout.strip().splitlines()[-1])
+    numba_in, forked, built, pandas_in, huge, frozen, gc_on = ast.literal_eval(out.stdout.strip().splitlines()[-1])
     assert (numba_in, forked, pandas_in) == (True, True, False)
+    # numpy's huge-page advice off, the modules' objects frozen for the collector, which is on again
+    assert (huge, gc_on) == (False, True) and frozen > 100_000
     from curate.clean.kernels import _TRY
 
     assert built == sorted(_TRY)  # every loop loaded in the server, none left to the worker
