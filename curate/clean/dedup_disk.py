@@ -326,8 +326,6 @@ def _high_bit_order(words: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return (comp & low).astype(np.int64), comp >> bits
 
 
-
-
 def parts_for(entries: int) -> int:
     """Key ranges per band: a power of two, so that one range holds about ``PART_ENTRIES`` entries at most."""
     p = 1
