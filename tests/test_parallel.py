@@ -63,8 +63,9 @@ def test_an_initializers_arguments_are_loaded_after_pandas_is_refused():
 
 def test_dedups_pool_forks_its_workers_from_a_server_that_loaded_the_compiled_loops(tmp_path):
     """``worker_pool(..., preload=True)``: the workers come from a fork server that imported dedup's modules and
-    loaded numba's loops once (``curate.core.fork_server``), pandas refused there, and set how they take memory. Run in a fresh interpreter: a
-    process has one fork server, and an earlier test's grading pool may have started it without that list."""
+    loaded numba's loops once (``curate.core.fork_server``), pandas refused there, and set how they take memory.
+    Run in a fresh interpreter: a process has one fork server, and an earlier test's grading pool may have started
+    it without that list."""
     import ast
     import importlib.util
     import subprocess
