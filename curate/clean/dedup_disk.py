@@ -66,7 +66,7 @@ from curate.clean.dedup import DedupConfig, hash_strings, judge_near, minhash, n
 from curate.clean.kernels import _pair_scratch
 from curate.clean.kernels import compiled as kernel_of
 from curate.clean.text import asy_keys, canonical, tokens
-from curate.core.arrays import in_sorted, union
+from curate.core.arrays import in_sorted, union, unique_inverse
 
 # a band entry's columns: the band key's two words, and the row (high 32 bits) with ``_num_word`` (low 32 bits)
 BAND_COLUMNS = ("hi", "lo", "rn")
@@ -610,17 +610,20 @@ class Work:
                 out[int(r)] = comp_of[int(h)]
         return out
 
-    def signatures(self, rows: np.ndarray) -> np.ndarray:
+    def signatures(self, rows: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """The signatures of sorted unique ``rows``, read shard by shard (only the pages that hold them). A shard's
-        signature file holds its rows that no other row stands for, in order."""
+        signature file holds its rows that no other row stands for, in order. ``out``: an array of at least as many
+        rows to fill (the first ``len(rows)``, returned)."""
         if self.stands_in[rows].any():
             raise RuntimeError("dedup: a signature read for a row its group's first row stands for (not computed)")
-        out = np.empty((len(rows), self.cfg.num_perm), np.uint32)
+        if out is None:
+            out = np.empty((len(rows), self.cfg.num_perm), np.uint32)
+        out = out[: len(rows)]
         for i, sel in self._by_shard(rows):
             a, b = int(self.offsets[i]), int(self.offsets[i + 1])
             at = np.cumsum(~self.stands_in[a:b]) - 1  # each row's place in the file
             mm = np.load(self.folder / f"sig_{i:05d}.npy", mmap_mode="r")
-            out[sel] = mm[at[rows[sel] - a]]
+            np.take(mm, at[rows[sel] - a], axis=0, out=out[sel])  # straight into place: no gathered copy
             del mm
         return out
 
@@ -628,10 +631,13 @@ class Work:
         """Judge band pairs on whole signatures and features (``judge_near``): ``(ok, agree, strict)``. A chunk of
         pairs reads the signatures of its rows (at most 2 x ``chunk``, 384 bytes each) shard by shard once."""
         ok, agree, strict = np.zeros(len(u), bool), np.zeros(len(u)), np.zeros(len(u), bool)
+        # one buffer for every chunk's signatures: a new one of this size (77 MB) is new pages each time, and their
+        # first touch cost more than the reads
+        buf = np.empty((min(2 * chunk, 2 * len(u)), self.cfg.num_perm), np.uint32)
         for s in range(0, len(u), chunk):
             cu, cv = u[s : s + chunk], v[s : s + chunk]
-            rows, inv = np.unique(np.r_[cu, cv], return_inverse=True)
-            sig = self.signatures(rows)
+            rows, inv = unique_inverse(np.r_[cu, cv])
+            sig = self.signatures(rows, buf)
             iu, iv = inv[: len(cu)], inv[len(cu) :]
             ag = np.empty(len(cu))
             kernel = kernel_of("agree_loop")
