@@ -479,16 +479,16 @@ def dedup_stage(inputs: list[Path], out: Path, cfg: DedupConfig | None = None, f
             grouped = np.zeros(len(nodes), bool) if mixed is None else ~np.isin(idh, mixed)  # stands for its id
             ranks, best = f["rank"].copy(), nodes.copy()
             at = np.searchsorted(groups["idh"], idh)
-            has = grouped & (at < len(groups))
-            has[has] = groups["idh"][at[has]] == idh[has]
-            ranks[has], best[has] = groups["rank"][at[has]], groups["best"][at[has]]
+            by_id = grouped & (at < len(groups))  # the nodes that stand for an exact group (``_Decided``)
+            by_id[by_id] = groups["idh"][at[by_id]] == idh[by_id]
+            ranks[by_id], best[by_id] = groups["rank"][at[by_id]], groups["best"][at[by_id]]
             rep_c, kind = clusters(len(nodes), cu, cv, strict, loose, same, differ, same_statement, idh, ranks, cfg,
                                    tiebreak=best)
             in_group = None
             if len(groups):  # the disk engine's groups: their first rows and the rows those stand for
                 in_group = rows.stands_in.copy()
                 in_group[groups["first"]] = True
-            decided = _Decided(nodes, grouped, best[rep_c], idh[rep_c], kind == 3, idh, groups, in_group)
+            decided = _Decided(nodes, by_id, best[rep_c], idh[rep_c], kind == 3, idh, groups, in_group)
         conflicts = _conflict_clusters(rep_c, cu, cv, differ, same_statement, nodes, best, grouped, rows, cfg)
         detail_of = {}
         for c in conflicts:
@@ -556,13 +556,11 @@ class _Decided:
     first row is the node of every row of its content id) look theirs up by content id, the groups that met no other
     text included; every other row by row (a node, or a row of no pair: kept as it is).
 
-    ``in_group``: each row's flag, whether it is a row of a group (None: no groups). Only those rows' content ids are
-    read (``rows``)."""
+    ``by_id``: the nodes that stand for a group (a node of an id of one row, or of an id whose rows differ, stands for
+    its row only). ``in_group``: each row's flag, whether it is a row of a group (None: no groups). Only those rows'
+    content ids are read (``rows``)."""
 
-    def __init__(self, nodes, grouped, rep_row, rep_idh, conflict, idh, groups, in_group: np.ndarray | None):
-        # a node stands for its content id when that id is a group's; a node of an id of one row (or of an id whose
-        # rows differ, ``grouped`` False) stands for its row only
-        by_id = grouped & in_sorted(idh.astype(np.uint64), groups["idh"].astype(np.uint64))
+    def __init__(self, nodes, by_id, rep_row, rep_idh, conflict, idh, groups, in_group: np.ndarray | None):
         self.rows_at = nodes[~by_id]  # sorted
         self.row_rep, self.row_idh, self.row_conf = rep_row[~by_id], rep_idh[~by_id], conflict[~by_id]
         # groups no pair reached: their best row stays
@@ -588,7 +586,7 @@ class _Decided:
         a, b = np.searchsorted(self.rows_at, [start, start + m])
         local = self.rows_at[a:b] - start
         rep[local], conf[local] = self.row_rep[a:b], self.row_conf[a:b]
-        kind[local] = np.where(rep[local] == self.rows_at[a:b], 0, np.where(self.row_idh[a:b] == self.row_own[a:b], 1, 2))
+        kind[local] = _kind(rep[local], self.rows_at[a:b], self.row_idh[a:b], self.row_own[a:b])
         if self.in_group is not None:
             at = np.flatnonzero(self.in_group[start : start + m])
             if len(at):
@@ -598,9 +596,15 @@ class _Decided:
                     raise StageError("dedup: a row of an exact group whose content id no group holds (a damaged work "
                                      "folder?)")
                 rep[at], conf[at] = self.id_rep[pos], self.id_conf[pos]
-                kind[at] = np.where(rep[at] == rows[at], 0, np.where(self.id_idh[pos] == idh, 1, 2))
+                kind[at] = _kind(rep[at], rows[at], self.id_idh[pos], idh)
         kind[conf] = 3
         return rep, kind
+
+
+def _kind(rep: np.ndarray, row: np.ndarray, rep_idh: np.ndarray, own_idh: np.ndarray) -> np.ndarray:
+    """Rows' kinds from the row each is merged into: 0 kept (itself), 1 exact duplicate (a row of its content id),
+    2 near duplicate."""
+    return np.where(rep == row, 0, np.where(rep_idh == own_idh, 1, 2))
 
 
 def _dedup_config(cfg: DedupConfig) -> dict:
