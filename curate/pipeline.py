@@ -452,7 +452,7 @@ def dedup_stage(inputs: list[Path], out: Path, cfg: DedupConfig | None = None, f
                                        "id_groups": int(len(groups)), "id_groups_paired_by_row": int(len(mixed)),
                                        "rows_with_signatures": int(sum(w.entries)) if cfg.near else 0}
         n = rows.n
-        nodes, inv = unique_inverse(np.r_[u, v])  # the rows that have a pair (a group's first row stands for the group)
+        nodes, inv = unique_inverse(np.r_[u, v], rows.n)  # the rows that have a pair (a group's first row stands for the group)
         cu, cv = inv[: len(u)], inv[len(u) :]
         f = rows.columns(nodes, ["idh", "stmt", "ans", "year", "rank"])
         with run.timed("pairs"):

@@ -568,11 +568,13 @@ class Work:
                 ra, rb = ra[keep], rb[keep]
             us.append(ra >> np.uint64(32))
             vs.append(rb >> np.uint64(32))
-        return _cat(us), _cat(vs)
+        u, v = _cat(us), _cat(vs)
+        o = np.argsort(u, kind="stable")  # row order (a row is the later row of at most one pair a band)
+        return u[o], v[o]
 
     def columns(self, rows: np.ndarray, names: list[str]) -> dict[str, np.ndarray]:
         """The feature columns ``names`` of ``rows`` (any order, repeats allowed), read shard by shard."""
-        uniq, inv = np.unique(rows, return_inverse=True)
+        uniq, inv = unique_inverse(rows, self.n)
         if set(names) & set(TEXT_FEATURES) and self.stands_in[uniq].any():
             raise RuntimeError("dedup: text features read for a row its group's first row stands for (not computed)")
         out: dict[str, list] = {k: [] for k in names}
@@ -636,7 +638,7 @@ class Work:
         buf = np.empty((min(2 * chunk, 2 * len(u)), self.cfg.num_perm), np.uint32)
         for s in range(0, len(u), chunk):
             cu, cv = u[s : s + chunk], v[s : s + chunk]
-            rows, inv = unique_inverse(np.r_[cu, cv])
+            rows, inv = unique_inverse(np.r_[cu, cv], self.n)
             sig = self.signatures(rows, buf)
             iu, iv = inv[: len(cu)], inv[len(cu) :]
             ag = np.empty(len(cu))
@@ -818,48 +820,41 @@ def pairs(w: Work, pool=None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nd
     order = np.argsort(u, kind="stable")
     us, vs, ag, st = [u[order]], [v[order]], [np.ones(len(u))], [np.ones(len(u), bool)]
     if w.cfg.near:
-        found = np.zeros(0, np.int64)  # the near pairs found so far (u * n + v), sorted: a later band adds none again
+        sent = np.zeros(0, np.int64)  # every pair sent to be judged so far (u * n + v), sorted: none is sent again
         span = max(w.n, 1)
         buf: list[tuple[np.ndarray, np.ndarray]] = []
         judging: deque = deque()  # chunks of bands sent to be judged, oldest first (``send``)
 
         def send() -> None:
-            """Judge the buffered bands' distinct pairs that are not found yet (as far as this process knows: a pair
-            a chunk still being judged finds may be judged again, to the same verdict). The chunk's pair keys are
-            sorted once; each distinct key keeps its first place in the chunk (band after band)."""
+            """Judge the buffered bands' distinct pairs that no band before them brought. A pair's verdict is its
+            own, whatever band brings it, so a pair sent once is never judged again: a good one is new in the first
+            band that brought it, and a bad one is bad in every band. Each band's pairs come in row order
+            (``band_pairs``), so the chunk's keys are sorted runs, merged by a stable sort (timsort: a key's copies
+            stay in band order, and the first of them is where the key first comes in the chunk)."""
+            nonlocal sent
             keys = np.concatenate([x * span + y for x, y in buf])
-            bounds = np.cumsum([0] + [len(x) for x, _ in buf])  # where each band's pairs start in ``keys``
-            o = np.argsort(keys)
+            o = np.argsort(keys, kind="stable")
             k = keys[o]
             starts = np.flatnonzero(np.r_[True, k[1:] != k[:-1]]) if len(k) else np.zeros(0, np.int64)
-            distinct = k[starts]
-            first = np.minimum.reduceat(o, starts) if len(o) else np.zeros(0, np.int64)
-            sent = ~in_sorted(distinct, found)
-            todo = distinct[sent]
-            judging.append((keys, bounds, distinct, first, sent, _judge(w, todo // span, todo % span, pool)))
+            distinct, first = k[starts], o[starts]
+            new = ~in_sorted(distinct, sent)
+            distinct, first = distinct[new], first[new]
+            sent = union(sent, distinct)
+            judging.append((keys, first, _judge(w, distinct // span, distinct % span, pool)))
             buf.clear()
 
         def take() -> None:
-            """The oldest chunk's new pairs, band after band, each band's in row order. A pair's verdict is its own,
-            whatever band brings it: a band's new pairs are its good pairs that no band before it brought."""
-            nonlocal found
-            keys, bounds, distinct, first, sent, wait = judging.popleft()
+            """The oldest chunk's new pairs (its good ones), band after band, each band's in row order: the order of
+            their first places in the chunk, since each band's pairs are in row order."""
+            keys, first, wait = judging.popleft()
             ok, agree, strict = wait()
-            at_todo = np.cumsum(sent) - 1  # a sent key's place in the verdicts
-            good = sent.copy()
-            good[sent] = ok
-            good &= ~in_sorted(distinct, found)  # found since it was sent, by the chunk before
-            pos = at_todo[good]
-            at = first[good]  # where each new pair first comes in the chunk
-            band = np.searchsorted(bounds, at, "right") - 1
+            o = np.argsort(first[ok], kind="stable")
+            at = first[ok][o]
             x = keys[at] // span
-            o = np.lexsort((at, x, band))  # band by band; within a band by row, ties in the band's order
-            at, pos, x = at[o], pos[o], x[o]
-            found = union(found, distinct[good])
             us.append(x)
             vs.append(keys[at] % span)
-            ag.append(agree[pos])
-            st.append(strict[pos])
+            ag.append(agree[ok][o])
+            st.append(strict[ok][o])
 
         jobs = [(str(w.folder), w.cfg, w.rows, w.entries, w.parts, b) for b in range(w.cfg.bands)]
         # the bands' pairs are small next to their files: eight in flight keep the workers busy while this process
