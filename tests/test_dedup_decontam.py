@@ -93,7 +93,7 @@ def test_the_compiled_loops_never_load_in_the_main_process():
     from curate.clean.kernels import compiled
 
     assert all(compiled(k) is None for k in ("shingle_loop", "blake2b_8", "hash_loop", "token_loop", "digits_loop",
-                                             "stmt_loop", "agree_loop", "pair_loop"))
+                                             "stmt_loop", "agree_loop", "pair_loop", "rare_loop"))
 
 
 def test_compiled_minhash_gives_the_numpy_signatures_bit_for_bit(real_data):
@@ -224,6 +224,62 @@ def test_compiled_numbers_give_the_regex_numbers(real_data):
     assert int(got[0][0][1].sum()) > 30_000
 
 
+def _canonical_both(cols: list[pa.Array]) -> list[tuple] | None:
+    from curate.clean import text
+    from curate.clean.kernels import compiled
+
+    kernel = compiled("rare_loop")
+    if kernel is None:
+        return None
+    return [(text.canonical(c, compiled=True), text.canonical(c), text._rare_bits(pc.utf8_lower(pc.fill_null(c, "")),
+                                                                                   kernel)) for c in cols]
+
+
+# each rare rewrite's trigger, its bits worked out by hand (bit j: ``text._RARE_REWRITES[j]``)
+_RARE_CASES = [
+    ("plain text 12,345", 0), ("see [asy]draw((0,0));[/asy] now", 1 << 0), ("~mrenthusiasm", 1 << 0),
+    ("\\dfrac12", 0b111010), ("\\tbinom{4}{2}", 1 << 2), ("\\frac{1}2", 0b111000), ("\\sqrt2", 1 << 6),
+    ("90^\\circ", 1 << 7), ("90°", 1 << 7), ("1, 2, \\ldots, n", 1 << 8), ("a...b", 1 << 8), ("a…b", 1 << 8),
+    ("\\cdots", (1 << 8) | (1 << 14)), ("x \\leq 1", 1 << 9), ("\\left( x \\right)", 1 << 9), ("x≤1", 1 << 9),
+    ("x \\geq 1", 1 << 10), ("x≥1", 1 << 10), ("x \\neq 1", 1 << 11), ("x≠1", 1 << 11), ("2 \\times 3", 1 << 12),
+    ("2×3", 1 << 12), ("6 \\div 2", 1 << 13), ("6÷2", 1 << 13), ("2 \\cdot 3", 1 << 14), ("2·3", 1 << 14),
+    ("2⋅3", 1 << 14), ("5−3", 1 << 15), ("5–3", 1 << 15), ("3.14", 1 << 16), ("end.", 0), (".5", 0), ("", 0),
+    ("\\", 0), ("[asy", 0), ("\\fra", 0), ("\\le", 1 << 9), ("$x$ \\sin 1.5 \\times", (1 << 12) | (1 << 16)),
+]
+
+
+def test_compiled_rare_bits_give_the_regex_canonical_text(real_data):
+    """``canonical`` with ``kernels.rare_loop``'s bits (dedup's workers) against its regex path on every statement of
+    the real files (MATH test, MATH-500, Omni-MATH, DeepMath, DeepScaleR, Open-Reasoner-Zero, AIME; 27k rows):
+    the same text, and each trigger's bits as worked out by hand (also nulls, a sliced array, empty strings)."""
+    import csv
+
+    texts = []
+    for rel in ("math_hendrycks/test/test.jsonl", "omni_math_rule/omni_math_rule.jsonl", "math500/test.jsonl",
+                "deepmath_roll/math_deepmath_deal.jsonl"):
+        for line in (real_data / rel).read_text().splitlines():
+            row = json.loads(line)
+            texts.append(row.get("problem") or row.get("prompt") or "")
+    for rel in ("deepscaler/train/math.json", "deepscaler/train/aime.json"):
+        texts += [r["problem"] for r in json.loads((real_data / rel).read_text())]
+    for rel in ("orz/orz_math_72k_collection_extended.prefix.json", "orz/orz_math_57k_collected.prefix.json"):
+        texts += [r[0]["value"] for r in json.loads((real_data / rel).read_text())]
+    with open(real_data / "aime_1983_2024/AIME_Dataset_1983_2024.kaggle_original.csv", newline="") as f:
+        texts += [r["Question"] for r in csv.DictReader(f)]
+    assert len(texts) > 25_000
+    col = pa.array(texts)
+    edge = pa.array([c for c, _ in _RARE_CASES] + [None, "A \\DFRAC12 ≤ 3.5"])
+    got = _in_a_worker(_canonical_both, [col, edge, col.slice(5000, 3000), pa.array(["", ""])])
+    if got is None:
+        pytest.skip("numba is not installed here (or GRADUS_NUMBA=0): only the regex path runs")
+    for fast, plain, _ in got:
+        assert fast.equals(plain)
+    bits = got[1][2]
+    assert bits[: len(_RARE_CASES)].tolist() == [b for _, b in _RARE_CASES]
+    assert bits[-2:].tolist() == [0, (1 << 1) | 0b111000 | (1 << 9) | (1 << 16)]  # null; lowercased first
+    assert (got[0][2] != 0).mean() > 0.3  # most real rows need some rare rewrite
+
+
 def _signatures_after_features(rows: list[str]) -> dict[str, int] | None:
     from curate.clean import dedup_disk, kernels
     from curate.clean.dedup_disk import features
@@ -250,7 +306,7 @@ def test_each_loop_is_compiled_for_one_set_of_types(real_data):
     if got is None:
         pytest.skip("numba is not installed here (or GRADUS_NUMBA=0)")
     assert got == {"shingle_loop": 1, "blake2b_8": 1, "hash_loop": 1, "token_loop": 1, "digits_loop": 1, "stmt_loop": 1,
-                   "agree_loop": 1, "pair_loop": 1}
+                   "agree_loop": 1, "pair_loop": 1, "rare_loop": 1}
 
 
 def _agree_both(sig: np.ndarray, iu: np.ndarray, iv: np.ndarray) -> tuple | None:

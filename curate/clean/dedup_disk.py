@@ -115,7 +115,7 @@ TEXT_FEATURES = ("digits", "numh", "draw", "stmt", "cnt")  # read from the state
 
 
 def _text_features(problems: pa.Array | pa.ChunkedArray, cfg: DedupConfig) -> tuple[dict, np.ndarray | None]:
-    canon = canonical(problems)  # once a batch: numbers, tokens, keys and shingles read it
+    canon = canonical(problems, compiled=True)  # once a batch: numbers, tokens, keys and shingles read it
     toks = tokens(problems, canon, compiled=True)
     nums, cnt = numbers_with_counts(problems, canon, compiled=True)
     asy = asy_keys(problems)

@@ -17,13 +17,16 @@ workers would pay numba's import (0.6 s, about 110 MB each) for less than they s
 - ``pair_loop``: a band's entries that share a key, each with the first entry of its key, found with a small hash
   table per bucket of a word of the keys (the buckets by a counting sort), instead of ``dedup_disk._by_key``'s sort of
   every entry's 64-bit word and its gathers.
+- ``rare_loop``: which of ``text.canonical``'s rare rewrites each row may need (a bit per rewrite), read in one pass
+  over the bytes, instead of the regex match of every rewrite's pattern over every row that holds any of them.
 - ``blake2b_8``: BLAKE2b with an 8-byte digest (RFC 7693; no key, salt or personalization) of many short byte
   strings at once, instead of one ``hashlib`` object per distinct word.
 
 Each has a twin that the callers use without numba (``dedup.minhash``'s shingles and numpy blocks, ``hash_strings``'
 numpy steps, ``text._ascii_tokens``' numpy passes, ``number_strings``' regex passes, ``dedup_disk.Work.judge``'s
-gathers, ``dedup_disk._by_key``'s sort, ``text._word_hashes``'s ``hashlib``), and both give the same values bit for
-bit (``pair_loop`` the same pairs, in another order): tests hold them equal on real text. The functions are plain
+gathers, ``dedup_disk._by_key``'s sort, ``text._word_hashes``'s ``hashlib``, ``canonical``'s regex matches), and
+both give the same values bit for bit (``pair_loop`` the same pairs, in another order; ``rare_loop`` the same
+canonical text): tests hold them equal on real text. The functions are plain
 Python, compiled on first use in each process (``compiled``) and cached on disk by numba, so a worker process loads
 them instead of compiling again; importing this module does not import numba, and only a worker process of a pool,
 or dedup's fork server, ever does (``compiled``).
@@ -94,6 +97,7 @@ _TRY: dict[str, Callable] = {  # one tiny call of each loop, with the types its 
                                np.zeros(2, np.int32), np.zeros(1, np.int32)),
     "stmt_loop": lambda f: f(np.frombuffer(b"a", np.uint8), np.array([0, 1], np.int64), np.array([0, 1], np.int64),
                              np.ones(1, np.bool_), np.empty(1, np.uint64)),
+    "rare_loop": lambda f: f(np.frombuffer(b"a", np.uint8), np.array([0, 1], np.int64), np.zeros(1, np.uint32)),
     "agree_loop": lambda f: f(np.zeros((1, 2), np.uint32), np.zeros(1, np.int64), np.zeros(1, np.int64), np.empty(1)),
     "pair_loop": lambda f: f(np.zeros(2, np.uint64), np.zeros(2, np.uint64), 1, *_pair_scratch(2)),
 }
@@ -158,7 +162,7 @@ def _finish(h):  # pragma: no cover (run compiled, inlined)
     return h ^ (h >> np.uint64(31))
 
 
-_HELPERS = ("_fold", "_finish")  # called by the loops: compiled first, inlined into them
+_HELPERS = ("_fold", "_finish", "_follows")  # called by the loops: compiled first, inlined into them
 
 
 def hash_loop(data, offs, out):  # pragma: no cover (run compiled)
@@ -280,6 +284,76 @@ def digits_loop(data, offs, out, starts, counts):  # pragma: no cover (run compi
     if fill:
         starts[offs.shape[0] - 1] = nb
     return nb
+
+
+# ``rare_loop``'s triggers, bit ``j`` for rewrite ``j`` of ``text._RARE_REWRITES``. Commands: the first word that
+# follows a backslash sets its bits (``dfrac`` also the three ``frac`` shorthands', which read the ``\\frac`` it
+# becomes; ``cdots`` both the dots' and ``\\cdot``'s). Characters: a 2- or 3-byte UTF-8 code (lead byte first).
+_FRAC_BITS = (1 << 3) | (1 << 4) | (1 << 5)  # the three brace-less ``\\frac`` shorthands
+_COMMANDS = [("frac", _FRAC_BITS), ("dfrac", 2 | _FRAC_BITS), ("tfrac", 2 | _FRAC_BITS), ("dbinom", 1 << 2),
+             ("tbinom", 1 << 2), ("sqrt", 1 << 6), ("circ", 1 << 7), ("ldots", 1 << 8), ("dots", 1 << 8),
+             ("cdots", (1 << 8) | (1 << 14)), ("le", 1 << 9), ("ge", 1 << 10), ("ne", 1 << 11), ("times", 1 << 12),
+             ("div", 1 << 13), ("cdot", 1 << 14)]
+_CMD_BYTES = np.frombuffer("".join(w for w, _ in _COMMANDS).encode(), np.uint8)
+_CMD_OFFS = np.cumsum([0] + [len(w) for w, _ in _COMMANDS]).astype(np.int64)
+_CMD_BITS = np.array([b for _, b in _COMMANDS], np.int64)
+_CHARS = {"°": 1 << 7, "…": 1 << 8, "≤": 1 << 9, "≥": 1 << 10, "≠": 1 << 11, "×": 1 << 12, "÷": 1 << 13, "·": 1 << 14,
+          "⋅": 1 << 14, "−": 1 << 15, "–": 1 << 15}
+_CHAR_CODES = np.array([int.from_bytes(c.encode(), "big") for c in _CHARS], np.int64)
+_CHAR_BITS = np.array(list(_CHARS.values()), np.int64)
+_ASY = np.frombuffer(b"asy]", np.uint8)
+
+
+def _follows(data, i, e, word, a, b):
+    """Whether ``data[i:e]`` begins with ``word[a:b]``."""
+    if e - i < b - a:
+        return False
+    for k in range(b - a):
+        if data[i + k] != word[a + k]:
+            return False
+    return True
+
+
+def rare_loop(data, offs, out):  # pragma: no cover (run compiled)
+    """For each row ``data[offs[r]:offs[r + 1]]`` (lowercase text), a bit per rewrite of ``text._RARE_REWRITES`` (bit
+    ``j`` for rewrite ``j``) that the row holds what that rewrite needs to change anything, into ``out[r]``: ``[asy]``
+    or ``~`` (0); a command of ``_COMMANDS`` (its bits); ``...`` (8); a character of ``_CHARS`` (its bit); a digit, a
+    dot and a digit (16). A bit may be set where its rewrite then finds nothing (``\\left`` sets 9): each rewrite
+    still matches its own pattern on the rows of its bit. No rewrite writes what a later one needs (each writes
+    spaces, braces or a command no later one reads), so the bits read before the first hold for every later one."""
+    for r in range(offs.shape[0] - 1):
+        s, e = offs[r], offs[r + 1]
+        m = 0
+        for i in range(s, e):
+            c = data[i]
+            if c < 46 or 47 < c < 91 or 92 < c < 126:  # none of . [ \\ ~ or a lead byte below
+                continue
+            if c == 92:  # a backslash: the first command of the list that follows it
+                for k in range(_CMD_BITS.shape[0]):
+                    if _follows(data, i + 1, e, _CMD_BYTES, _CMD_OFFS[k], _CMD_OFFS[k + 1]):
+                        m |= _CMD_BITS[k]
+                        break
+            elif c == 126:  # ~
+                m |= 1
+            elif c == 91:  # [
+                if _follows(data, i + 1, e, _ASY, 0, 4):
+                    m |= 1
+            elif c == 46:  # .
+                if i + 2 < e and data[i + 1] == 46 and data[i + 2] == 46:
+                    m |= 1 << 8
+                if i > s and i + 1 < e and 48 <= data[i - 1] <= 57 and 48 <= data[i + 1] <= 57:
+                    m |= 1 << 16
+            elif (c == 0xC2 or c == 0xC3) and i + 1 < e:
+                code = (np.int64(c) << 8) | data[i + 1]
+                for k in range(_CHAR_CODES.shape[0]):
+                    if _CHAR_CODES[k] == code:
+                        m |= _CHAR_BITS[k]
+            elif c == 0xE2 and i + 2 < e:
+                code = (np.int64(c) << 16) | (np.int64(data[i + 1]) << 8) | data[i + 2]
+                for k in range(_CHAR_CODES.shape[0]):
+                    if _CHAR_CODES[k] == code:
+                        m |= _CHAR_BITS[k]
+        out[r] = m
 
 
 def agree_loop(sig, iu, iv, out):  # pragma: no cover (run compiled)

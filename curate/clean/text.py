@@ -99,7 +99,7 @@ _ASK_WORDS = frozenset("find compute calculate evaluate determine simplify what 
 ASK_ARRAY = pa.array(sorted(_ASK_WORDS))
 
 
-def canonical(col: pa.Array | pa.ChunkedArray) -> pa.Array:
+def canonical(col: pa.Array | pa.ChunkedArray, compiled: bool = False) -> pa.Array:
     """One normal form for shingles and benchmark matching, applied the same way to both sides.
 
     NFKC, lowercase, drawing code (``[asy]...[/asy]``) and trailing wiki credits dropped; ``\\dfrac``/``\\tfrac``
@@ -109,22 +109,45 @@ def canonical(col: pa.Array | pa.ChunkedArray) -> pa.Array:
     (``$``, ``\\(``, ``\\[``), spacing, sizing and font commands, environments; last, thousands separators folded
     (``1{,}000`` is ``1000``). Command names that carry meaning (``\\sin``, ``\\cos``, ``\\frac``, ``\\div``,
     ``\\le``) stay.
+
+    ``compiled``: which rows each rare rewrite may change read in one compiled pass over the bytes
+    (``kernels.rare_loop``, where there is one: dedup's workers), instead of a regex match per rewrite over every
+    row that holds any of them (the same text: each rewrite still runs on every row it could change).
     """
     # NFKC leaves ASCII as it is, and lowercasing it is ASCII's own
     s = _by_ascii(pc.fill_null(col, ""), pc.ascii_lower, lambda x: pc.utf8_lower(pc.utf8_normalize(x, "NFKC")))
-    s = _where(s, _RARE, _rare_rewrites)
+    s = s.combine_chunks() if isinstance(s, pa.ChunkedArray) else s
+    kernel = kernel_of("rare_loop") if compiled and len(s) and pa.types.is_string(s.type) else None
+    if kernel is None:
+        s = _where(s, _RARE, _rare_rewrites)
+    else:
+        bits = _rare_bits(s, kernel)
+        s = _apply_on(s, bits != 0, lambda x: _rare_rewrites(x, bits[bits != 0]))
     # every pattern of the typesetting begins with a backslash, "$", "~" or "&": without the others, only each "$" goes
     s = _apply_on(s, pc.match_substring_regex(s, r"[\\~&]").to_numpy(zero_copy_only=False),
                   lambda x: pc.replace_substring_regex(x, _TYPESETTING, " "), lambda x: pc.replace_substring(x, "$", " "))
     return _where(s, r"[0-9](?:\{,\}|,)[0-9]", _thousands)
 
 
-def _rare_rewrites(s: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+def _rare_rewrites(s: pa.Array | pa.ChunkedArray, bits: np.ndarray | None = None) -> pa.Array | pa.ChunkedArray:
     """The rewrites of ``canonical`` before the typesetting is removed, in order (see ``_RARE``), each on the rows its
-    pattern matches only (matching costs a fraction of replacing, and a row it does not match it leaves as is)."""
-    for pattern, repl in _RARE_REWRITES:
-        s = _where(s, pattern, lambda x, p=pattern, r=repl: pc.replace_substring_regex(x, p, r))
+    pattern matches only (matching costs a fraction of replacing, and a row it does not match it leaves as is).
+    ``bits``: each row's ``kernels.rare_loop`` bits; a rewrite then matches its pattern on the rows of its bit only."""
+    for j, (pattern, repl) in enumerate(_RARE_REWRITES):
+        def rewrite(x, p=pattern, r=repl):
+            return _where(x, p, lambda y: pc.replace_substring_regex(y, p, r))
+        s = rewrite(s) if bits is None else _apply_on(s, (bits & (1 << j)) != 0, rewrite)
     return s
+
+
+def _rare_bits(s: pa.Array, kernel: Callable) -> np.ndarray:
+    """``kernels.rare_loop``'s bits of each row of ``s`` (a string array without nulls' text: ``fill_null``'s)."""
+    _, off_buf, data_buf = s.buffers()
+    n = len(s)
+    offs = np.frombuffer(off_buf, np.int32, n + 1, s.offset * 4).astype(np.int64)
+    bits = np.zeros(n, np.uint32)
+    kernel(byte_view(data_buf), offs, bits)
+    return bits
 
 
 _RARE_REWRITES = [
