@@ -31,7 +31,7 @@ from curate.clean.decontam import (
     match_batch,
     resolve_benchmark,
 )
-from curate.clean.dedup import DedupConfig, candidate_pairs, clusters, conflict_pairs, loose_ok
+from curate.clean.dedup import DedupConfig, candidate_pairs, clusters, conflict_pairs, loose_ok, telling_golds
 from curate.clean.dedup_disk import FEATURES, READ_COLUMNS, WORK, features
 from curate.clean.filters import BATCH_COLUMNS, FilterConfig, filter_batch
 from curate.clean.text import content_ids, repair_escapes
@@ -393,9 +393,9 @@ class _MemoryRows:
     def __init__(self, feat: pa.Table):
         self.feat, self.n = feat, feat.num_rows
 
-    def columns(self, rows: np.ndarray, names: list[str]) -> dict[str, np.ndarray]:
+    def columns(self, rows: np.ndarray, names: list[str], arrow: bool = False) -> dict:
         t = self.feat.select(names).take(pa.array(rows, pa.int64()))
-        return {k: t[k].to_numpy(zero_copy_only=False) for k in names}
+        return {k: t[k].combine_chunks() if arrow else t[k].to_numpy(zero_copy_only=False) for k in names}
 
     def ids(self, start: int, m: int) -> np.ndarray:
         return self.feat["idh"].slice(start, m).to_numpy()
@@ -457,10 +457,10 @@ def dedup_stage(inputs: list[Path], out: Path, cfg: DedupConfig | None = None, f
         f = rows.columns(nodes, ["idh", "stmt", "ans", "year", "rank"])
         with run.timed("pairs"):
             year = f["year"]
-            golds_u = np.full(len(u), "", object)
-            if (~strict).any():
-                golds_u[~strict] = rows.columns(u[~strict], ["gold"])["gold"]
-            loose = loose_ok(agree, strict, (year[cu] == year[cv]) & (year[cu] >= 0), golds_u, cfg)
+            # a loose pair's gold is telling or not by its first row's: read for each node once, as arrow strings
+            telling = telling_golds(rows.columns(nodes, ["gold"], arrow=True)["gold"]) if (~strict).any() else None
+            loose = loose_ok(agree, strict, (year[cu] == year[cv]) & (year[cu] >= 0),
+                             np.zeros(len(u), bool) if telling is None else telling[cu], cfg)
             same_statement = (f["idh"][cu] == f["idh"][cv]) | (f["stmt"][cu] == f["stmt"][cv])
         with run.timed("golds"):
             same = f["ans"][cu] == f["ans"][cv]

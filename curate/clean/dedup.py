@@ -240,15 +240,20 @@ def conflict_pairs(differ: np.ndarray, same_statement: np.ndarray, cfg: DedupCon
     return differ & same_statement
 
 
-def loose_ok(agree: np.ndarray, strict: np.ndarray, same_year: np.ndarray, golds_u: np.ndarray,
+def loose_ok(agree: np.ndarray, strict: np.ndarray, same_year: np.ndarray, telling: np.ndarray,
              cfg: DedupConfig) -> np.ndarray:
     """Which loose pairs (see ``candidate_pairs``) may merge when their golds are one answer: both rows declare
     the same year (two copies of one competition's problem), or they agree on ``telling_threshold`` of their
-    hashes and the gold is telling (not empty, not one digit): "3" or "5" is the answer of many a problem."""
-    g = pc.utf8_lower(pa.array(golds_u, pa.string()).fill_null(""))
-    telling = pc.greater_equal(pc.utf8_length(pc.replace_substring_regex(g, "[^0-9a-z]", "")), 2)
-    telling = telling.to_numpy(zero_copy_only=False)
+    hashes and the gold is telling (``telling``: ``telling_golds`` of each pair's first row's gold)."""
     return ~strict & (same_year | ((agree >= cfg.telling_threshold) & telling))
+
+
+def telling_golds(golds: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """Whether each gold tells one problem from another: at least two letters or digits once lowercased (not empty,
+    not one digit: "3" or "5" is the answer of many a problem). A null gold is not telling."""
+    g = pc.utf8_lower(pc.fill_null(golds, ""))
+    return pc.greater_equal(pc.utf8_length(pc.replace_substring_regex(g, "[^0-9a-z]", "")), 2).to_numpy(
+        zero_copy_only=False)
 
 
 def clusters(n: int, u: np.ndarray, v: np.ndarray, strict: np.ndarray, loose: np.ndarray, same_gold: np.ndarray,

@@ -572,8 +572,9 @@ class Work:
         o = np.argsort(u, kind="stable")  # row order (a row is the later row of at most one pair a band)
         return u[o], v[o]
 
-    def columns(self, rows: np.ndarray, names: list[str]) -> dict[str, np.ndarray]:
-        """The feature columns ``names`` of ``rows`` (any order, repeats allowed), read shard by shard."""
+    def columns(self, rows: np.ndarray, names: list[str], arrow: bool = False) -> dict:
+        """The feature columns ``names`` of ``rows`` (any order, repeats allowed), read shard by shard: numpy arrays,
+        or with ``arrow`` arrow arrays (strings without a Python object each)."""
         uniq, inv = unique_inverse(rows, self.n)
         if set(names) & set(TEXT_FEATURES) and self.stands_in[uniq].any():
             raise RuntimeError("dedup: text features read for a row its group's first row stands for (not computed)")
@@ -582,7 +583,10 @@ class Work:
             local = uniq[part] - self.offsets[i]
             t = _feat(self.folder, i, names).take(pa.array(local))
             for k in names:
-                out[k].append(t[k].to_numpy(zero_copy_only=False))
+                out[k].append(t[k].combine_chunks() if arrow else t[k].to_numpy(zero_copy_only=False))
+        if arrow:
+            return {k: (pa.concat_arrays(v) if v else pa.nulls(0, FEATURES.field(k).type)).take(pa.array(inv))
+                    for k, v in out.items()}
         return {k: (np.concatenate(v) if v else np.zeros(0, object))[inv] for k, v in out.items()}
 
     def ids(self, start: int, m: int) -> np.ndarray:
