@@ -93,7 +93,8 @@ def test_the_compiled_loops_never_load_in_the_main_process():
     from curate.clean.kernels import compiled
 
     assert all(compiled(k) is None for k in ("shingle_loop", "blake2b_8", "hash_loop", "token_loop", "digits_loop",
-                                             "stmt_loop", "agree_loop", "pair_loop", "rare_loop"))
+                                             "stmt_loop", "agree_loop", "pair_loop", "rare_loop",
+                                             "band_loop"))
 
 
 def test_compiled_minhash_gives_the_numpy_signatures_bit_for_bit(real_data):
@@ -295,6 +296,14 @@ def _signatures_after_features(rows: list[str]) -> dict[str, int] | None:
     for k in seg:
         seg[k][:] = np.arange(n) % 7
     dedup_disk._key_pairs(seg)
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as tmp:  # as ``shard_work`` writes a shard's band files
+        words = np.empty((24, 2, n), np.uint64)
+        dedup_disk._band_words(features(t, DedupConfig(), {})[1], DedupConfig(), words)
+        dedup_disk._save_bands(Path(tmp), "bands", words, DedupConfig(), np.arange(n), np.zeros(n, np.uint64),
+                               np.zeros(n, np.int32))
     return {k: len(f.signatures) for k, f in kernels._BUILT.items() if f is not None}
 
 
@@ -306,7 +315,7 @@ def test_each_loop_is_compiled_for_one_set_of_types(real_data):
     if got is None:
         pytest.skip("numba is not installed here (or GRADUS_NUMBA=0)")
     assert got == {"shingle_loop": 1, "blake2b_8": 1, "hash_loop": 1, "token_loop": 1, "digits_loop": 1, "stmt_loop": 1,
-                   "agree_loop": 1, "pair_loop": 1, "rare_loop": 1}
+                   "agree_loop": 1, "pair_loop": 1, "rare_loop": 1, "band_loop": 1}
 
 
 def _agree_both(sig: np.ndarray, iu: np.ndarray, iv: np.ndarray) -> tuple | None:

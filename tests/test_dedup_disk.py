@@ -199,6 +199,55 @@ def test_compiled_key_pairs_give_the_sorted_groups_pairs(real_data):
     assert shared > 24 * 1000  # the near copies share most of their bands
 
 
+def _band_files_compiled(folder: str, words: np.ndarray, rows: np.ndarray, numh: np.ndarray,
+                         cnt: np.ndarray) -> bool | None:
+    """``dedup_disk._save_bands`` into ``folder`` twice in a worker: through ``kernels.band_loop`` (``a``) and through
+    its numpy twin (``b``). None where the loop does not load."""
+    from curate.clean import kernels
+
+    if kernels.compiled("band_loop") is None:
+        return None
+    dedup_disk._save_bands(Path(folder), "a", words, DedupConfig(), rows, numh, cnt)
+    kernels._BUILT["band_loop"] = None  # the twin
+    try:
+        dedup_disk._save_bands(Path(folder), "b", words, DedupConfig(), rows, numh, cnt)
+    finally:
+        del kernels._BUILT["band_loop"]
+    return True
+
+
+def test_compiled_band_files_are_the_numpy_files_byte_for_byte(real_data, tmp_path):
+    """``kernels.band_loop`` writes the band files (``.bin`` and ``.cuts.npy``) that the numpy passes write, byte for
+    byte, on the signatures of MATH test with near copies (many equal keys) and on no entries at all; and the file
+    holds every entry once per band, each range's entries in row order."""
+    rows = [json.loads(x)["problem"] for x in (real_data / "math_hendrycks/test/test.jsonl").read_text().splitlines()]
+    rows = rows + [r + " Explain." for r in rows[:1500]]
+    n = len(rows)
+    words = np.empty((24, 2, n), np.uint64)
+    dedup_disk._band_words(minhash(pa.array(rows), DedupConfig()), DedupConfig(), words)
+    rng = np.random.default_rng(1)
+    own = np.sort(rng.choice(3 * n, n, replace=False)).astype(np.int64)  # a shard's own rows, global numbers
+    numh, cnt = rng.integers(0, 1 << 63, n).astype(np.uint64), rng.integers(0, 300, n).astype(np.int32)
+    for folder, args in ((tmp_path / "real", (words, own, numh, cnt)),
+                         (tmp_path / "none", (words[:, :, :0], own[:0], numh[:0], cnt[:0]))):
+        folder.mkdir()
+        if _in_a_worker(_band_files_compiled, str(folder), *args) is None:
+            pytest.skip("numba is not installed here (or GRADUS_NUMBA=0)")
+        for suffix in (".bin", ".cuts.npy"):
+            assert (folder / f"a{suffix}").read_bytes() == (folder / f"b{suffix}").read_bytes()
+    cuts = np.load(tmp_path / "real" / "a.cuts.npy")
+    cols = np.fromfile(tmp_path / "real" / "a.bin", np.uint64).reshape(24, 3, n)
+    assert cuts.shape == (24, dedup_disk.RANGES + 1) and (cuts[:, -1] == n).all()
+    for b in (0, 23):
+        hi, rn = cols[b, 0], cols[b, 2]
+        assert np.array_equal(np.sort(hi), np.sort(dedup_disk._mix(words[b, 0])))
+        assert np.array_equal(np.sort(rn >> np.uint64(32)), own.astype(np.uint64))
+        top = hi >> np.uint64(64 - dedup_disk.RANGE_BITS)
+        assert (np.diff(top.astype(np.int64)) >= 0).all()  # by range
+        same = top[1:] == top[:-1]
+        assert (rn[1:][same] > rn[:-1][same]).all()  # rows in order within a range
+
+
 def _in_a_worker(fn, *args):
     """``fn(*args)`` in a spawned worker process, where the compiled loops may load (``kernels.compiled``)."""
     import multiprocessing as mp

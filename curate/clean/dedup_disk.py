@@ -342,9 +342,15 @@ def _save_bands(work: Path, name: str, words: np.ndarray, cfg: DedupConfig, rows
     ranges cut on its top bits."""
     cuts = np.empty((cfg.bands, RANGES + 1), np.int64)
     rn = (rows.astype(np.uint64) << np.uint64(32)) | _num_word(numh, cnt)
+    kernel = kernel_of("band_loop") if len(rn) else None
+    out, pos = np.empty((3, len(rn)), np.uint64), np.empty(RANGES, np.int64)  # ``kernels.band_loop``'s
     tmp = work / f"{name}.bin.tmp"
     with open(tmp, "wb") as f:
         for b in range(cfg.bands):
+            if kernel is not None:  # mixed, ordered and gathered in one loop (the same bytes)
+                kernel(words[b, 0], words[b, 1], rn, np.uint64(64 - RANGE_BITS), out, cuts[b], pos)
+                _write(f, out)
+                continue
             hi, lo = _mix(words[b, 0]), words[b, 1]
             order, cuts[b] = _range_order(hi)
             for col in (hi[order], lo[order], rn[order]):

@@ -12,6 +12,8 @@ workers would pay numba's import (0.6 s, about 110 MB each) for less than they s
   the bytes (counted, then written), instead of a regex replace, a trim and a regex count.
 - ``stmt_loop``: ``dedup.hash_strings`` of a row's statement key (its tokens but the question words, joined by
   spaces), folded in straight from the tokens' bytes instead of joined into strings first.
+- ``band_loop``: a band's entries of ``dedup_disk._save_bands`` mixed, ordered by key range (a counting sort) and
+  gathered into their columns in two passes, instead of numpy's mix passes, radix argsort and three gathers.
 - ``agree_loop``: the share of equal MinHash values of each judged pair of rows, compared in place, instead of
   numpy's gathered copies of both signatures and their elementwise comparison.
 - ``pair_loop``: a band's entries that share a key, each with the first entry of its key, found with a small hash
@@ -24,10 +26,10 @@ workers would pay numba's import (0.6 s, about 110 MB each) for less than they s
 
 Each has a twin that the callers use without numba (``dedup.minhash``'s shingles and numpy blocks, ``hash_strings``'
 numpy steps, ``text._ascii_tokens``' numpy passes, ``number_strings``' regex passes, ``dedup_disk.Work.judge``'s
-gathers, ``dedup_disk._by_key``'s sort, ``text._word_hashes``'s ``hashlib``, ``canonical``'s regex matches), and
-both give the same values bit for bit (``pair_loop`` the same pairs, in another order; ``rare_loop`` the same
-canonical text): tests hold them equal on real text. The functions are plain
-Python, compiled on first use in each process (``compiled``) and cached on disk by numba, so a worker process loads
+gathers, ``dedup_disk._by_key``'s sort, ``_save_bands``' argsort, ``text._word_hashes``'s ``hashlib``,
+``canonical``'s regex matches), and both give the same values bit for bit (``pair_loop`` the same pairs, in another
+order; ``rare_loop`` the same canonical text): tests hold them equal on real text. The functions are plain Python,
+compiled on first use in each process (``compiled``) and cached on disk by numba, so a worker process loads
 them instead of compiling again; importing this module does not import numba, and only a worker process of a pool,
 or dedup's fork server, ever does (``compiled``).
 """
@@ -98,6 +100,8 @@ _TRY: dict[str, Callable] = {  # one tiny call of each loop, with the types its 
     "stmt_loop": lambda f: f(np.frombuffer(b"a", np.uint8), np.array([0, 1], np.int64), np.array([0, 1], np.int64),
                              np.ones(1, np.bool_), np.empty(1, np.uint64)),
     "rare_loop": lambda f: f(np.frombuffer(b"a", np.uint8), np.array([0, 1], np.int64), np.zeros(1, np.uint32)),
+    "band_loop": lambda f: f(np.ones(2, np.uint64), np.ones(2, np.uint64), np.ones(2, np.uint64), np.uint64(63),
+                             np.empty((3, 2), np.uint64), np.empty(3, np.int64), np.empty(2, np.int64)),
     "agree_loop": lambda f: f(np.zeros((1, 2), np.uint32), np.zeros(1, np.int64), np.zeros(1, np.int64), np.empty(1)),
     "pair_loop": lambda f: f(np.zeros(2, np.uint64), np.zeros(2, np.uint64), 1, *_pair_scratch(2)),
 }
@@ -354,6 +358,30 @@ def rare_loop(data, offs, out):  # pragma: no cover (run compiled)
                     if _CHAR_CODES[k] == code:
                         m |= _CHAR_BITS[k]
         out[r] = m
+
+
+def band_loop(hi, lo, rn, shift, out, cuts, pos):  # pragma: no cover (run compiled)
+    """One band of ``dedup_disk._save_bands``: each entry's first key word through splitmix64's finalizer
+    (``_finish``, ``dedup_disk._mix``), the entries ordered by the top bits of that word (``word >> shift``: a stable
+    counting sort, so one range's entries stay in row order), and written as three columns into ``out`` (3 x
+    entries): the mixed first words, the second words ``lo``, and ``rn``; where each range starts into ``cuts``
+    (ranges + 1, the last the end). ``pos``: scratch, one per range."""
+    ranges = cuts.shape[0] - 1
+    for k in range(ranges + 1):
+        cuts[k] = 0
+    for i in range(hi.shape[0]):
+        cuts[np.int64(_finish(hi[i]) >> shift) + 1] += 1
+    for k in range(ranges):
+        pos[k] = cuts[k]
+        cuts[k + 1] += cuts[k]
+    for i in range(hi.shape[0]):
+        m = _finish(hi[i])
+        t = np.int64(m >> shift)
+        p = pos[t]
+        pos[t] = p + 1
+        out[0, p] = m
+        out[1, p] = lo[i]
+        out[2, p] = rn[i]
 
 
 def agree_loop(sig, iu, iv, out):  # pragma: no cover (run compiled)
