@@ -520,7 +520,7 @@ def dedup_stage(inputs: list[Path], out: Path, cfg: DedupConfig | None = None, f
                 dup = k > 0
                 for x in (1, 2):
                     counts[x] += int((k == x).sum())
-                reps.append(unique(rep[(k == 1) | (k == 2)]))
+                reps.append(rep[(k == 1) | (k == 2)])
                 if sum(len(x) for x in reps) > 2 * len(reps[0]) + 1_000_000:  # held: the clusters, not the rows
                     reps = [unique(np.concatenate(reps))]
                 rej = t.filter(pa.array(dup))

@@ -115,10 +115,13 @@ class StageRun:
                     src, reason = key.split("\x1f", 1)
                     self.by_source[src]["in"] += n
                     self.by_source[src]["rejected/" + reason] += n
-            for sig in SIGNALS:
-                for t in (kept, rejected):
-                    if t is not None and t.num_rows and sig in t.column_names:
-                        self.signals[sig] += int(pc.sum(pc.fill_null(t[sig], False).cast(pa.int64())).as_py() or 0)
+            for t in (kept, rejected):
+                if t is None or not t.num_rows:
+                    continue
+                names = set(t.column_names)
+                for sig in SIGNALS:
+                    if sig in names:  # a boolean column's sum counts its true values (nulls are skipped)
+                        self.signals[sig] += int(pc.sum(t[sig]).as_py() or 0)
 
 
 def _value_counts(col: pa.ChunkedArray | pa.Array) -> dict[str, int]:
