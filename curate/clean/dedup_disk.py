@@ -23,7 +23,7 @@ taken out first, as datatrove's users run its exact stage before MinHash:
    - ``bands_NNNNN.bin``: for each band, the band key (its ``rows`` hashes, 16 bytes) with the row and a word of
      its numbers (part of their hash and their count), ordered by key range (the key's top bits), row order within
      a range: 24 bytes an entry, stored as columns (each band's key words, then its second words, then its rows), so
-     that the reader gathers from plain arrays;
+     that the reader gathers from plain arrays (ordered and gathered by ``kernels.band_loop``, a counting sort);
    - ``*.cuts.npy``: where each of 4096 key ranges starts in the band files (and in the sorted ``exact`` files), so
      that later steps read a key range with plain reads.
 
@@ -38,8 +38,9 @@ taken out first, as datatrove's users run its exact stage before MinHash:
    at most ``PART_ENTRIES`` entries, whatever the number of rows.
 4. **Judging** (``judge``, in the worker processes, a part of the pairs each, once the bands buffered so far are
    grouped). The surviving band pairs are judged once each on their whole signatures and features, read back shard
-   by shard for the rows involved only; two rows of one content id are never a near pair (their own exact step
-   pairs them).
+   by shard for the rows involved only (a pair that a band before brought is not sent again: its verdict is its
+   own, and it is new in the first band that brought it); two rows of one content id are never a near pair (their
+   own exact step pairs them).
 
 The caller then compares golds, clusters the nodes that have a pair (union-find over them only) and streams the
 shards again to write them out.
