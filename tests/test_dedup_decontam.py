@@ -583,3 +583,20 @@ def test_decontam_refuses_rows_whose_ids_are_not_content_ids(tmp_path):
     pq.write_table(t.set_column(t.schema.get_field_index("id"), "id", pa.array(["row-1"])), shard)
     with pytest.raises(StageError, match="not the content ids"):
         decontam_stage([tmp_path / "i"], tmp_path / "d2", cfg)
+
+
+def test_telling_golds_and_loose_pairs_worked_by_hand():
+    """A gold tells one problem from another with two letters or digits or more once lowercased; a loose pair merges
+    when both rows declare one year, or its hashes agree on ``telling_threshold`` and its first row's gold tells."""
+    from curate.clean.dedup import loose_ok, telling_golds
+
+    golds = pa.array(["", "3", "12", "x", "AB", "-5", " 1/2 ", None, "\\frac{1}{2}"])
+    assert telling_golds(golds).tolist() == [False, False, True, False, True, False, True, False, True]
+    cfg = DedupConfig()
+    assert cfg.telling_threshold == 0.7
+    agree = np.array([0.9, 0.9, 0.9, 0.5, 0.5])
+    strict = np.array([True, False, False, False, False])
+    same_year = np.array([False, False, False, True, False])
+    telling = np.array([True, True, False, False, True])
+    # strict (not loose); agrees and tells; does not tell; one year; tells but agrees below 0.7
+    assert loose_ok(agree, strict, same_year, telling, cfg).tolist() == [False, True, False, True, False]
