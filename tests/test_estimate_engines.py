@@ -47,7 +47,7 @@ def small_set(tmp_path_factory):
     else:
         src = d / "hard.jsonl"
         src.write_text(json.dumps(HARD) + "\n")
-        ingest(str(src), d / "hard", adapter="generic", name="hard")
+        ingest(str(src), d / "hard", adapter="generic", source_name="hard")
     return [d / "easy", d / "hard"]
 
 
