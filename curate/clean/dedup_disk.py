@@ -344,7 +344,8 @@ def _save_bands(work: Path, name: str, words: np.ndarray, cfg: DedupConfig, rows
     cuts = np.empty((cfg.bands, RANGES + 1), np.int64)
     rn = (rows.astype(np.uint64) << np.uint64(32)) | _num_word(numh, cnt)
     kernel = kernel_of("band_loop") if len(rn) else None
-    out, pos = np.empty((3, len(rn)), np.uint64), np.empty(RANGES, np.int64)  # ``kernels.band_loop``'s
+    if kernel is not None:  # its columns and scratch, reused band after band
+        out, pos = np.empty((3, len(rn)), np.uint64), np.empty(RANGES, np.int64)
     tmp = work / f"{name}.bin.tmp"
     with open(tmp, "wb") as f:
         for b in range(cfg.bands):
@@ -859,8 +860,9 @@ def pairs(w: Work, pool=None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nd
             their first places in the chunk, since each band's pairs are in row order."""
             keys, first, wait = judging.popleft()
             ok, agree, strict = wait()
-            o = np.argsort(first[ok], kind="stable")
-            at = first[ok][o]
+            at = first[ok]
+            o = np.argsort(at)  # first places are distinct
+            at = at[o]
             x = keys[at] // span
             us.append(x)
             vs.append(keys[at] % span)

@@ -347,13 +347,12 @@ def rare_loop(data, offs, out):  # pragma: no cover (run compiled)
                     m |= 1 << 8
                 if i > s and i + 1 < e and 48 <= data[i - 1] <= 57 and 48 <= data[i + 1] <= 57:
                     m |= 1 << 16
-            elif (c == 0xC2 or c == 0xC3) and i + 1 < e:
-                code = (np.int64(c) << 8) | data[i + 1]
-                for k in range(_CHAR_CODES.shape[0]):
-                    if _CHAR_CODES[k] == code:
-                        m |= _CHAR_BITS[k]
-            elif c == 0xE2 and i + 2 < e:
-                code = (np.int64(c) << 16) | (np.int64(data[i + 1]) << 8) | data[i + 2]
+            else:  # a lead byte: its character's code, looked up in ``_CHARS``
+                code = np.int64(-1)
+                if (c == 0xC2 or c == 0xC3) and i + 1 < e:
+                    code = (np.int64(c) << 8) | data[i + 1]
+                elif c == 0xE2 and i + 2 < e:
+                    code = (np.int64(c) << 16) | (np.int64(data[i + 1]) << 8) | data[i + 2]
                 for k in range(_CHAR_CODES.shape[0]):
                     if _CHAR_CODES[k] == code:
                         m |= _CHAR_BITS[k]
