@@ -437,3 +437,17 @@ def test_scratch_writes_are_the_bytes_tofile_writes(tmp_path, monkeypatch):
     with open(tmp_path / "buf", "wb") as f:
         dedup_disk._write(f, pa.py_buffer(bytes(range(256)) * 20))
     assert (tmp_path / "buf").read_bytes() == bytes(range(256)) * 20
+
+
+def test_decides_keeps_the_near_pairs_that_can_merge_or_conflict(tmp_path):
+    """Worked by hand, the caller's rules (``dedup_stage``): a strict pair may merge; a loose pair may when both rows
+    declare one year; a pair of one statement whose gold strings differ may be a conflict; a loose pair of other
+    years, or of one statement and one gold, links nothing (agreements under ``telling_threshold``: no gold read)."""
+    w = dedup_disk.Work(tmp_path, DedupConfig(), [])
+    agree = np.array([0.9, 0.6, 0.6, 0.6, 0.6, 0.6])
+    strict = np.array([True, False, False, False, False, False])
+    years = (np.array([-1, 2001, 2001, -1, -1, -1]), np.array([-1, 2001, 2002, -1, -1, -1]))
+    stmt = (np.array([1, 2, 3, 4, 5, 6], np.uint64), np.array([9, 8, 7, 4, 5, 0], np.uint64))
+    ans = (np.array([1, 1, 1, 1, 1, 1], np.uint64), np.array([1, 1, 1, 2, 1, 2], np.uint64))
+    got = w.decides(np.arange(6), agree, strict, np.ones(6, bool), {"year": years, "stmt": stmt, "ans": ans})
+    assert got.tolist() == [True, True, False, True, False, False]
