@@ -39,7 +39,7 @@ from curate.core.arrays import in_sorted, search, unique, unique_inverse
 from curate.core.config import ConfigError, check_keys, from_dict, load_file
 from curate.core.errors import SourceError
 from curate.core.manifest import Manifest
-from curate.core.parallel import PARALLEL_MIN_ROWS, ordered_map, worker_pool, workers_for
+from curate.core.parallel import PARALLEL_MIN_ROWS, ordered_map, trim_memory, worker_pool, workers_for
 from curate.core.runner import (
     StageError,
     StageRun,
@@ -445,8 +445,10 @@ def dedup_stage(inputs: list[Path], out: Path, cfg: DedupConfig | None = None, f
             with worker_pool(dedup_disk.pool_size(len(shards), cfg.workers), preload=True) as pool:  # shards, bands
                 with run.timed("signatures"):
                     w = dedup_disk.build(shards, work, cfg, prio, pool)
+                trim_memory()  # the first steps' arrays: the pairs' sets take their place
                 with run.timed("pairs"):
                     u, v, agree, strict, groups, mixed = dedup_disk.pairs(w, pool)
+                trim_memory()
             rows = w
             run.extra["dedup_work"] = {"shards": len(w.rows), "key_ranges_per_band": w.parts,
                                        "id_groups": int(len(groups)), "id_groups_paired_by_row": int(len(mixed)),
@@ -454,20 +456,29 @@ def dedup_stage(inputs: list[Path], out: Path, cfg: DedupConfig | None = None, f
         n = rows.n
         nodes, inv = unique_inverse(np.r_[u, v], rows.n)  # the rows that have a pair (a group's first row stands for the group)
         cu, cv = inv[: len(u)], inv[len(u) :]
+        del u, v  # ``nodes[cu]``, ``nodes[cv]``: at 10M rows without copies 5.8M pairs, each array 47 MB
         f = rows.columns(nodes, ["idh", "stmt", "ans", "year", "rank"])
         with run.timed("pairs"):
-            year = f["year"]
-            # a loose pair's gold is telling or not by its first row's: read for each node once, as arrow strings
-            telling = telling_golds(rows.columns(nodes, ["gold"], arrow=True)["gold"]) if (~strict).any() else None
-            loose = loose_ok(agree, strict, (year[cu] == year[cv]) & (year[cu] >= 0),
-                             np.zeros(len(u), bool) if telling is None else telling[cu], cfg)
-            same_statement = (f["idh"][cu] == f["idh"][cv]) | (f["stmt"][cu] == f["stmt"][cv])
+            year = f.pop("year")
+            same_year = (year[cu] == year[cv]) & (year[cu] >= 0)
+            # a loose pair's gold is telling or not by its first row's, read (as arrow strings) where it decides
+            telling = np.zeros(len(cu), bool)
+            ask = ~strict & ~same_year & (agree >= cfg.telling_threshold)
+            if ask.any():
+                telling[ask] = telling_golds(rows.columns(nodes[cu[ask]], ["gold"], arrow=True)["gold"])
+            loose = loose_ok(agree, strict, same_year, telling, cfg)
+            del year, same_year, ask, telling, agree
+            stmt = f.pop("stmt")
+            same_statement = (f["idh"][cu] == f["idh"][cv]) | (stmt[cu] == stmt[cv])
+            del stmt
         with run.timed("golds"):
-            same = f["ans"][cu] == f["ans"][cv]
+            ans = f.pop("ans")
+            same = ans[cu] == ans[cv]
+            del ans
             differ = ~same
             todo = np.flatnonzero(~same & (strict | loose | same_statement))
             if len(todo):  # golds written differently: math-verify decides ("073" is 73); None decides nothing
-                gu, gv = rows.columns(u[todo], ["gold"])["gold"], rows.columns(v[todo], ["gold"])["gold"]
+                gu, gv = rows.columns(nodes[cu[todo]], ["gold"])["gold"], rows.columns(nodes[cv[todo]], ["gold"])["gold"]
                 with GradingPool(timeout_s=cfg.gold_timeout_s) as pool:
                     verdict = pool.same_answer(list(zip(gu.tolist(), gv.tolist(), strict=True)))
                 same[todo] = [x is True for x in verdict]
@@ -477,13 +488,14 @@ def dedup_stage(inputs: list[Path], out: Path, cfg: DedupConfig | None = None, f
         with run.timed("clusters"):
             idh = f["idh"]
             grouped = np.zeros(len(nodes), bool) if mixed is None else ~np.isin(idh, mixed)  # stands for its id
-            ranks, best = f["rank"].copy(), nodes.copy()
+            ranks, best = f.pop("rank").copy(), nodes.copy()  # written below (the memory engine's is read-only)
             at = np.searchsorted(groups["idh"], idh)
             by_id = grouped & (at < len(groups))  # the nodes that stand for an exact group (``_Decided``)
             by_id[by_id] = groups["idh"][at[by_id]] == idh[by_id]
             ranks[by_id], best[by_id] = groups["rank"][at[by_id]], groups["best"][at[by_id]]
             rep_c, kind = clusters(len(nodes), cu, cv, strict, loose, same, differ, same_statement, idh, ranks, cfg,
                                    tiebreak=best)
+            del strict, loose, same, ranks
             in_group = None
             if len(groups):  # the disk engine's groups: their first rows and the rows those stand for
                 in_group = rows.stands_in.copy()
@@ -499,6 +511,9 @@ def dedup_stage(inputs: list[Path], out: Path, cfg: DedupConfig | None = None, f
         # the content ids of the rows kept for rows with another id (a row's own id otherwise)
         rep_rows = decided.foreign_reps()
         rep_ids = pa.array(rows.columns(rep_rows, ["id"])["id"], pa.string())
+        # the pass below needs the decisions only: the pairs and the nodes' columns go (hundreds of MB at 10M rows)
+        del nodes, inv, cu, cv, f, same_statement, differ, todo, idh, grouped, best, at, by_id, rep_c, kind, in_group
+        trim_memory()
         conflict_rows = np.array(sorted(detail_of), np.int64)
         reason_names = pa.array(["", "dedup_exact", "dedup_near", "gold_conflict"])
         start = 0
@@ -545,6 +560,7 @@ def dedup_stage(inputs: list[Path], out: Path, cfg: DedupConfig | None = None, f
             "gold_conflict_clusters": len(conflicts),
         }
         run.extra["gold_conflicts"] = conflicts[:500]
+        getattr(rows, "close", lambda: None)()  # its mapped work files
         shutil.rmtree(work, ignore_errors=True)
 
     return run_stage("dedup", out, input_entries(inputs), _dedup_config(cfg), body, force=force, input_folders=inputs)

@@ -50,6 +50,7 @@ shards again to write them out.
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import threading
 from collections import deque
@@ -77,7 +78,7 @@ from curate.clean.dedup import (
 from curate.clean.kernels import _pair_scratch
 from curate.clean.kernels import compiled as kernel_of
 from curate.clean.text import asy_keys, canonical, tokens
-from curate.core.arrays import in_sorted, union, unique_inverse
+from curate.core.arrays import SortedRuns, unique_inverse
 
 # a band entry's columns: the band key's two words, and the row (high 32 bits) with ``_num_word`` (low 32 bits)
 BAND_COLUMNS = ("hi", "lo", "rn")
@@ -493,6 +494,10 @@ class Work:
         self.stands_in = np.zeros(self.n, bool)
         self.exact: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None  # ``exact_groups()``
         self._ids: tuple[int, np.ndarray] | None = None  # the shard ``ids`` holds
+        # each shard's feature table and signature array, mapped once (``_mapped``); a read lets go of the pages it
+        # touched when done (``_let_go``), so that what this process holds stays what it reads at once
+        self._maps: dict[tuple[str, int], tuple[mmap.mmap | None, object]] = {}
+        self.token = os.urandom(8).hex()  # this run's Work, as a worker process keeps it between jobs (``_worker_work``)
 
     def _cuts(self, kind: str, row: int) -> list[np.ndarray]:
         """Where each key range starts in row ``row`` of every shard's sorted ``kind`` file."""
@@ -588,7 +593,7 @@ class Work:
             vs.append(rb >> np.uint64(32))
         u, v = _cat(us), _cat(vs)
         o = np.argsort(u, kind="stable")  # row order (a row is the later row of at most one pair a band)
-        return u[o], v[o]
+        return u[o].astype(np.int32), v[o].astype(np.int32)  # rows < 2^31: half the bytes to send and to hold
 
     def columns(self, rows: np.ndarray, names: list[str], arrow: bool = False) -> dict:
         """The feature columns ``names`` of ``rows`` (any order, repeats allowed), read shard by shard: numpy arrays,
@@ -599,9 +604,10 @@ class Work:
         out: dict[str, list] = {k: [] for k in names}
         for i, part in self._by_shard(uniq):
             local = uniq[part] - self.offsets[i]
-            t = _feat(self.folder, i, names).take(pa.array(local))
+            t = self._mapped("feat", i).select(names).take(pa.array(local))
             for k in names:
                 out[k].append(t[k].combine_chunks() if arrow else t[k].to_numpy(zero_copy_only=False))
+            self._let_go("feat", i)  # what was taken is copied
         if arrow:
             return {k: (pa.concat_arrays(v) if v else pa.nulls(0, FEATURES.field(k).type)).take(pa.array(inv))
                     for k, v in out.items()}
@@ -645,11 +651,50 @@ class Work:
         out = out[: len(rows)]
         for i, sel in self._by_shard(rows):
             a, b = int(self.offsets[i]), int(self.offsets[i + 1])
-            at = np.cumsum(~self.stands_in[a:b]) - 1  # each row's place in the file
-            mm = np.load(self.folder / f"sig_{i:05d}.npy", mmap_mode="r")
-            np.take(mm, at[rows[sel] - a], axis=0, out=out[sel])  # straight into place: no gathered copy
-            del mm
+            local = rows[sel] - a
+            stands = self.stands_in[a:b]
+            if stands.any():  # each row's place in the file: its rows that no other row stands for
+                local = (np.cumsum(~stands) - 1)[local]
+            np.take(self._mapped("sig", i), local, axis=0, out=out[sel])  # straight into place: no gathered copy
+            self._let_go("sig", i)
         return out
+
+    def _mapped(self, kind: str, i: int):
+        """Shard ``i``'s feature table (``feat``: an Arrow table over the mapped file) or signature array (``sig``),
+        mapped on first use and kept: a judge reads every shard for each chunk of pairs, and opening a file each
+        time (the IPC footer, the npy header, a new mapping) cost more than the reads."""
+        got = self._maps.get((kind, i))
+        if got is None:
+            path = self.folder / (f"feat_{i:05d}.arrow" if kind == "feat" else f"sig_{i:05d}.npy")
+            with open(path, "rb") as f:
+                if kind == "sig":
+                    version = np.lib.format.read_magic(f)
+                    read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+                    shape, _, dtype = read(f)
+                    start = f.tell()
+                size = os.fstat(f.fileno()).st_size
+                mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else None
+            if mm is not None and kind == "sig":
+                mm.madvise(mmap.MADV_RANDOM)  # rows here and there: a fault maps its own page, not its neighbours'
+            if kind == "feat":
+                obj: object = pa.ipc.open_file(pa.py_buffer(mm)).read_all()
+            elif mm is None or int(np.prod(shape)) == 0:
+                obj = np.zeros(shape, dtype)
+            else:
+                obj = np.frombuffer(mm, dtype, int(np.prod(shape)), start).reshape(shape)
+            got = self._maps[(kind, i)] = (mm, obj)
+        return got[1]
+
+    def close(self) -> None:
+        """Drop the mapped files (unmapped once no array read from them is left)."""
+        self._maps.clear()
+
+    def _let_go(self, kind: str, i: int) -> None:
+        """Let go of the pages of shard ``i``'s mapped file that a read touched (the mapping stays): they count in
+        this process's resident memory until then, and a judge's chunk touches pages all over every file."""
+        mm = self._maps[(kind, i)][0]
+        if mm is not None:
+            mm.madvise(mmap.MADV_DONTNEED)  # a read-only file mapping: the pages stay in the page cache
 
     def judge(self, u: np.ndarray, v: np.ndarray, chunk: int = 100_000) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Judge band pairs on whole signatures and features (``judge_near``): ``(ok, agree, strict)``. A chunk of
@@ -813,23 +858,44 @@ JUDGE_PAIRS = 2_000_000  # band pairs judged at once (their signatures and featu
 
 def _band_job(args: tuple[str, DedupConfig, list[int], list[int], int, int]) -> tuple[np.ndarray, np.ndarray]:
     """``Work.band_pairs`` of one band, in a worker process."""
+    from curate.core.parallel import trim_memory
+
     folder, cfg, rows, entries, parts, band = args
     w = Work(Path(folder), cfg, rows)
     w.entries, w.parts = entries, parts
-    return w.band_pairs(band)
+    got = w.band_pairs(band)
+    trim_memory()  # a band's key ranges in, its pairs out: what is left of it goes back
+    return got
 
 
 JUDGE_SPLIT = 20_000  # a chunk with more distinct pairs than this is judged in parts, one per worker process
 
 
-def _judge_job(args: tuple[str, DedupConfig, list[int], np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``Work.judge`` of some pairs, in a worker process (which reads which rows have a signature from the
+_WORKER_WORK: list[Work] = []  # a worker process's Work of the run it judges for (``_worker_work``)
+
+
+def _worker_work(folder: str, cfg: DedupConfig, rows: list[int], token: str) -> Work:
+    """The run's ``Work`` in a worker process, kept between its jobs (its mapped files with it): made on the first
+    job of the run whose ``Work.token`` is ``token`` (reading which rows have a signature from the
     ``stand_NNNNN.npy`` files)."""
-    folder, cfg, rows, u, v = args
-    w = Work(Path(folder), cfg, rows)
-    if rows:
-        w.stands_in = np.concatenate([np.load(w.folder / f"stand_{i:05d}.npy") for i in range(len(rows))])
-    return w.judge(u, v)
+    if not _WORKER_WORK or _WORKER_WORK[0].token != token:
+        w = Work(Path(folder), cfg, rows)
+        w.token = token
+        if rows:
+            w.stands_in = np.concatenate([np.load(w.folder / f"stand_{i:05d}.npy") for i in range(len(rows))])
+        _WORKER_WORK[:] = [w]
+    return _WORKER_WORK[0]
+
+
+def _judge_job(args: tuple[str, DedupConfig, list[int], str, np.ndarray, np.ndarray]
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``Work.judge`` of some pairs, in a worker process."""
+    from curate.core.parallel import trim_memory
+
+    folder, cfg, rows, token, u, v = args
+    got = _worker_work(folder, cfg, rows, token).judge(u, v)
+    trim_memory()
+    return got
 
 
 def _judge(w: Work, u: np.ndarray, v: np.ndarray, pool=None) -> Callable[[], tuple[np.ndarray, np.ndarray, np.ndarray]]:
@@ -841,7 +907,7 @@ def _judge(w: Work, u: np.ndarray, v: np.ndarray, pool=None) -> Callable[[], tup
         return lambda: done
     k = max(1, getattr(pool, "_max_workers", 1)) if len(u) > JUDGE_SPLIT else 1
     cuts = np.linspace(0, len(u), k + 1).astype(np.int64).tolist()
-    futures = [pool.submit(_judge_job, (str(w.folder), w.cfg, w.rows, u[a:b], v[a:b]))
+    futures = [pool.submit(_judge_job, (str(w.folder), w.cfg, w.rows, w.token, u[a:b], v[a:b]))
                for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
 
     def wait() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -857,13 +923,13 @@ def pairs(w: Work, pool=None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nd
     pairs that cannot decide a row (``Work.decides``); and the groups
     and the sorted content id hashes of the groups paired row by row. ``pool``: worker processes (``worker_pool``)
     that find the bands' pairs and judge them while this process takes the bands judged before in order."""
-    from curate.core.parallel import ordered_map
+    from curate.core.parallel import ordered_map, trim_memory
 
     groups, u, v, mixed = w.exact if w.exact is not None else w.exact_groups()
     order = np.argsort(u, kind="stable")
     us, vs, ag, st = [u[order]], [v[order]], [np.ones(len(u))], [np.ones(len(u), bool)]
     if w.cfg.near:
-        sent = np.zeros(0, np.int64)  # every pair sent to be judged so far (u * n + v), sorted: none is sent again
+        sent = SortedRuns()  # every pair sent to be judged so far (u * n + v): none is sent again
         span = max(w.n, 1)
         buf: list[tuple[np.ndarray, np.ndarray]] = []
         judging: deque = deque()  # chunks of bands sent to be judged, oldest first (``send``)
@@ -874,15 +940,14 @@ def pairs(w: Work, pool=None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nd
             band that brought it, and a bad one is bad in every band. Each band's pairs come in row order
             (``band_pairs``), so the chunk's keys are sorted runs, merged by a stable sort (timsort: a key's copies
             stay in band order, and the first of them is where the key first comes in the chunk)."""
-            nonlocal sent
-            keys = np.concatenate([x * span + y for x, y in buf])
+            keys = np.concatenate([x.astype(np.int64) * span + y for x, y in buf])
             o = np.argsort(keys, kind="stable")
             k = keys[o]
             starts = np.flatnonzero(np.r_[True, k[1:] != k[:-1]]) if len(k) else np.zeros(0, np.int64)
             distinct, first = k[starts], o[starts]
-            new = ~in_sorted(distinct, sent)
+            new = ~sent.holds(distinct)
             distinct, first = distinct[new], first[new]
-            sent = union(sent, distinct)
+            sent.add(distinct)
             judging.append((keys, first, _judge(w, distinct // span, distinct % span, pool)))
             buf.clear()
 
@@ -894,9 +959,8 @@ def pairs(w: Work, pool=None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nd
             at = first[ok]
             o = np.argsort(at)  # first places are distinct
             at = at[o]
-            x = keys[at] // span
-            us.append(x)
-            vs.append(keys[at] % span)
+            us.append((keys[at] // span).astype(np.int32))  # rows < 2^31: half the bytes held to the end
+            vs.append((keys[at] % span).astype(np.int32))
             ag.append(agree[ok][o])
             st.append(strict[ok][o])
 
@@ -909,6 +973,7 @@ def pairs(w: Work, pool=None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nd
                 send()
                 while len(judging) > 1:  # memory: at most two chunks' pairs held
                     take()
+                trim_memory()  # the chunk's keys and their sort: glibc would hold them to the end
         if buf:
             send()
         while judging:

@@ -11,6 +11,7 @@ own that loads dedup's modules and numba's compiled loops once, where a spawned 
 
 from __future__ import annotations
 
+import ctypes
 import importlib.abc
 import multiprocessing as mp
 import os
@@ -38,6 +39,22 @@ def workers_for(rows: int | None, workers: int = 0) -> int:
     if workers:
         return max(1, workers)
     return usable_cores() if rows is not None and rows >= PARALLEL_MIN_ROWS else 1
+
+
+_LIBC: list = []  # glibc, once looked up (empty list inside: not glibc)
+
+
+def trim_memory() -> None:
+    """Give this process's free heap memory back to the system (glibc's ``malloc_trim``; elsewhere nothing). glibc
+    keeps what numpy frees for its next arrays (dedup's workers are told to keep up to 1 GB: ``fork_server``), so a
+    long step's resident memory is its largest past step's; called between such steps, it is what the next holds."""
+    if not _LIBC:
+        try:
+            _LIBC.append(ctypes.CDLL("libc.so.6").malloc_trim)
+        except (OSError, AttributeError):
+            _LIBC.append(None)
+    if _LIBC[0] is not None:
+        _LIBC[0](0)
 
 
 class _NoPandas(importlib.abc.MetaPathFinder):
