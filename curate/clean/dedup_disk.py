@@ -674,8 +674,6 @@ class Work:
                     start = f.tell()
                 size = os.fstat(f.fileno()).st_size
                 mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else None
-            if mm is not None and kind == "sig":
-                mm.madvise(mmap.MADV_RANDOM)  # rows here and there: a fault maps its own page, not its neighbours'
             if kind == "feat":
                 obj: object = pa.ipc.open_file(pa.py_buffer(mm)).read_all()
             elif mm is None or int(np.prod(shape)) == 0:
@@ -693,8 +691,8 @@ class Work:
         """Let go of the pages of shard ``i``'s mapped file that a read touched (the mapping stays): they count in
         this process's resident memory until then, and a judge's chunk touches pages all over every file."""
         mm = self._maps[(kind, i)][0]
-        if mm is not None:
-            mm.madvise(mmap.MADV_DONTNEED)  # a read-only file mapping: the pages stay in the page cache
+        if mm is not None and _DONTNEED is not None:
+            mm.madvise(_DONTNEED)  # a read-only file mapping: the pages stay in the page cache
 
     def judge(self, u: np.ndarray, v: np.ndarray, chunk: int = 100_000) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Judge band pairs on whole signatures and features (``judge_near``): ``(ok, agree, strict)``. A chunk of
@@ -871,6 +869,7 @@ def _band_job(args: tuple[str, DedupConfig, list[int], list[int], int, int]) -> 
 JUDGE_SPLIT = 20_000  # a chunk with more distinct pairs than this is judged in parts, one per worker process
 
 
+_DONTNEED = getattr(mmap, "MADV_DONTNEED", None)  # POSIX (elsewhere the pages stay mapped until the run ends)
 _WORKER_WORK: list[Work] = []  # a worker process's Work of the run it judges for (``_worker_work``)
 
 
