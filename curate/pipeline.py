@@ -455,6 +455,7 @@ def dedup_stage(inputs: list[Path], out: Path, cfg: DedupConfig | None = None, f
                                        "rows_with_signatures": int(sum(w.entries)) if cfg.near else 0}
         n = rows.n
         nodes, inv = unique_inverse(np.r_[u, v], rows.n)  # the rows that have a pair (a group's first row stands for the group)
+        inv = inv.astype(np.int32 if len(nodes) < 2**31 else np.int64)  # node numbers: half the bytes
         cu, cv = inv[: len(u)], inv[len(u) :]
         del u, v  # ``nodes[cu]``, ``nodes[cv]``: at 10M rows without copies 5.8M pairs, each array 47 MB
         f = rows.columns(nodes, ["idh", "stmt", "ans", "year", "rank"])

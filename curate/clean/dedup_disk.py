@@ -608,10 +608,17 @@ class Work:
             for k in names:
                 out[k].append(t[k].combine_chunks() if arrow else t[k].to_numpy(zero_copy_only=False))
             self._let_go("feat", i)  # what was taken is copied
-        if arrow:
-            return {k: (pa.concat_arrays(v) if v else pa.nulls(0, FEATURES.field(k).type)).take(pa.array(inv))
-                    for k, v in out.items()}
-        return {k: (np.concatenate(v) if v else np.zeros(0, object))[inv] for k, v in out.items()}
+        # sorted distinct rows (the stage's nodes) are in their own order already: no second gather
+        in_order = len(uniq) == len(rows) and bool((np.diff(rows) > 0).all())
+        got: dict = {}
+        for k, parts in out.items():
+            if arrow:
+                whole = pa.concat_arrays(parts) if parts else pa.nulls(0, FEATURES.field(k).type)
+                got[k] = whole if in_order else whole.take(pa.array(inv))
+            else:
+                whole = np.concatenate(parts) if parts else np.zeros(0, object)
+                got[k] = whole if in_order else whole[inv]
+        return got
 
     def ids(self, start: int, m: int) -> np.ndarray:
         """The content id hashes of rows ``start .. start + m``, for a pass that reads the rows in order: each
@@ -859,6 +866,7 @@ def _band_job(args: tuple[str, DedupConfig, list[int], list[int], int, int]) -> 
     from curate.core.parallel import trim_memory
 
     folder, cfg, rows, entries, parts, band = args
+    trim_memory()  # the first job after the per-shard steps: what glibc kept of them goes back first
     w = Work(Path(folder), cfg, rows)
     w.entries, w.parts = entries, parts
     got = w.band_pairs(band)
@@ -933,12 +941,13 @@ def pairs(w: Work, pool=None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nd
         buf: list[tuple[np.ndarray, np.ndarray]] = []
         judging: deque = deque()  # chunks of bands sent to be judged, oldest first (``send``)
 
-        def send() -> None:
+        def send(last: bool = False) -> None:
             """Judge the buffered bands' distinct pairs that no band before them brought. A pair's verdict is its
             own, whatever band brings it, so a pair sent once is never judged again: a good one is new in the first
             band that brought it, and a bad one is bad in every band. Each band's pairs come in row order
             (``band_pairs``), so the chunk's keys are sorted runs, merged by a stable sort (timsort: a key's copies
-            stay in band order, and the first of them is where the key first comes in the chunk)."""
+            stay in band order, and the first of them is where the key first comes in the chunk). ``last``: no
+            chunk follows, so its pairs need not join the set sent (whose merge was the main process's peak)."""
             keys = np.concatenate([x.astype(np.int64) * span + y for x, y in buf])
             o = np.argsort(keys, kind="stable")
             k = keys[o]
@@ -946,7 +955,8 @@ def pairs(w: Work, pool=None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nd
             distinct, first = k[starts], o[starts]
             new = ~sent.holds(distinct)
             distinct, first = distinct[new], first[new]
-            sent.add(distinct)
+            if not last:
+                sent.add(distinct)
             judging.append((keys, first, _judge(w, distinct // span, distinct % span, pool)))
             buf.clear()
 
@@ -974,7 +984,7 @@ def pairs(w: Work, pool=None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nd
                     take()
                 trim_memory()  # the chunk's keys and their sort: glibc would hold them to the end
         if buf:
-            send()
+            send(last=True)
         while judging:
             take()
     return _cat(us), _cat(vs), np.concatenate(ag), np.concatenate(st), groups, mixed

@@ -98,7 +98,10 @@ class SortedRuns:
             self.runs.append(np.asarray(x))
         while len(self.runs) > 1 and len(self.runs[-2]) <= 2 * len(self.runs[-1]):
             b, a = self.runs.pop(), self.runs.pop()
-            self.runs.append(union(a, b))
+            merged = np.concatenate([a, b])
+            del a, b  # the runs share no value: two sorted runs that timsort merges in place, one copy in all
+            merged.sort(kind="stable")
+            self.runs.append(merged)
 
 
 class IntTable:
