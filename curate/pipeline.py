@@ -455,25 +455,30 @@ def dedup_stage(inputs: list[Path], out: Path, cfg: DedupConfig | None = None, f
                                        "rows_with_signatures": int(sum(w.entries)) if cfg.near else 0}
         n = rows.n
         nodes, inv = unique_inverse(np.r_[u, v], rows.n)  # the rows that have a pair (a group's first row stands for the group)
-        inv = inv.astype(np.int32 if len(nodes) < 2**31 else np.int64)  # node numbers: half the bytes
+        inv = inv.astype(np.int32 if len(nodes) < 2**31 else np.int64, copy=False)  # node numbers: half the bytes
         cu, cv = inv[: len(u)], inv[len(u) :]
-        del u, v  # ``nodes[cu]``, ``nodes[cv]``: at 10M rows without copies 5.8M pairs, each array 47 MB
-        f = rows.columns(nodes, ["idh", "stmt", "ans", "year", "rank"])
+        del u, v  # ``nodes[cu]``, ``nodes[cv]``: at 10M rows without copies 5.8M pairs, each array 23 MB
+        # the nodes' columns are read one at a time, each dropped once used (at 10M rows, 40-60 MB each)
         with run.timed("pairs"):
-            year = f.pop("year")
+            year = rows.columns(nodes, ["year"])["year"]
             same_year = (year[cu] == year[cv]) & (year[cu] >= 0)
+            del year
             # a loose pair's gold is telling or not by its first row's, read (as arrow strings) where it decides
             telling = np.zeros(len(cu), bool)
             ask = ~strict & ~same_year & (agree >= cfg.telling_threshold)
             if ask.any():
                 telling[ask] = telling_golds(rows.columns(nodes[cu[ask]], ["gold"], arrow=True)["gold"])
             loose = loose_ok(agree, strict, same_year, telling, cfg)
-            del year, same_year, ask, telling, agree
-            stmt = f.pop("stmt")
-            same_statement = (f["idh"][cu] == f["idh"][cv]) | (stmt[cu] == stmt[cv])
+            del same_year, ask, telling, agree
+            trim_memory()  # each column read leaves freed pieces behind: they go back before the next is read
+            idh = rows.columns(nodes, ["idh"])["idh"]
+            same_statement = idh[cu] == idh[cv]
+            stmt = rows.columns(nodes, ["stmt"])["stmt"]
+            same_statement |= stmt[cu] == stmt[cv]
             del stmt
+            trim_memory()
         with run.timed("golds"):
-            ans = f.pop("ans")
+            ans = rows.columns(nodes, ["ans"])["ans"]
             same = ans[cu] == ans[cv]
             del ans
             differ = ~same
@@ -487,22 +492,29 @@ def dedup_stage(inputs: list[Path], out: Path, cfg: DedupConfig | None = None, f
                 run.extra["gold_compare"] = {"pairs": int(len(todo)), "same": int(sum(x is True for x in verdict)),
                                              "undecided": int(sum(x is None for x in verdict))}
         with run.timed("clusters"):
-            idh = f["idh"]
             grouped = np.zeros(len(nodes), bool) if mixed is None else ~np.isin(idh, mixed)  # stands for its id
-            ranks, best = f.pop("rank").copy(), nodes.copy()  # written below (the memory engine's is read-only)
+            ranks, best = rows.columns(nodes, ["rank"])["rank"], nodes.copy()  # written below
+            if not ranks.flags.writeable:  # the memory engine's column is arrow's
+                ranks = ranks.copy()
             at = np.searchsorted(groups["idh"], idh)
             by_id = grouped & (at < len(groups))  # the nodes that stand for an exact group (``_Decided``)
             by_id[by_id] = groups["idh"][at[by_id]] == idh[by_id]
             ranks[by_id], best[by_id] = groups["rank"][at[by_id]], groups["best"][at[by_id]]
+            del at
+            trim_memory()  # what the columns' reads and the pairs' tests freed (175 MB at 10M rows without copies)
             rep_c, kind = clusters(len(nodes), cu, cv, strict, loose, same, differ, same_statement, idh, ranks, cfg,
                                    tiebreak=best)
             del strict, loose, same, ranks
+        conflicts = _conflict_clusters(rep_c, cu, cv, differ, same_statement, nodes, best, grouped, rows, cfg)
+        # the pairs go before the decisions are gathered (each step's arrays are tens of MB at 10M rows)
+        del inv, cu, cv, same_statement, differ, todo, grouped
+        with run.timed("clusters"):
             in_group = None
             if len(groups):  # the disk engine's groups: their first rows and the rows those stand for
                 in_group = rows.stands_in.copy()
                 in_group[groups["first"]] = True
             decided = _Decided(nodes, by_id, best[rep_c], idh[rep_c], kind == 3, idh, groups, in_group)
-        conflicts = _conflict_clusters(rep_c, cu, cv, differ, same_statement, nodes, best, grouped, rows, cfg)
+            del nodes, idh, best, by_id, rep_c, kind, in_group
         detail_of = {}
         for c in conflicts:
             text = (f"kept {c['kept']}; " if c["kept"] else "") + "answers: " + " | ".join(
@@ -512,9 +524,7 @@ def dedup_stage(inputs: list[Path], out: Path, cfg: DedupConfig | None = None, f
         # the content ids of the rows kept for rows with another id (a row's own id otherwise)
         rep_rows = decided.foreign_reps()
         rep_ids = pa.array(rows.columns(rep_rows, ["id"])["id"], pa.string())
-        # the pass below needs the decisions only: the pairs and the nodes' columns go (hundreds of MB at 10M rows)
-        del nodes, inv, cu, cv, f, same_statement, differ, todo, idh, grouped, best, at, by_id, rep_c, kind, in_group
-        trim_memory()
+        trim_memory()  # the pass below needs the decisions only: what the pairs and the nodes' columns took goes back
         conflict_rows = np.array(sorted(detail_of), np.int64)
         reason_names = pa.array(["", "dedup_exact", "dedup_near", "gold_conflict"])
         start = 0

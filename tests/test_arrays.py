@@ -3,7 +3,7 @@ of their paths (a sort, or a mark per possible value; sorted input searched as i
 
 import numpy as np
 
-from curate.core.arrays import SortedRuns, in_sorted, search, union, unique_inverse
+from curate.core.arrays import in_sorted, search, union, unique_inverse
 
 
 def test_unique_inverse_by_sort_and_by_marks_give_numpys_answer():
@@ -36,22 +36,3 @@ def test_search_and_in_sorted_on_sorted_and_unsorted_input():
     assert in_sorted(np.array([8, 3, 2]), s).tolist() == [True, False, True]
     assert in_sorted(np.array([2, 3, 8]), s).tolist() == [True, False, True]
     assert in_sorted(np.array([5]), np.zeros(0, np.int64)).tolist() == [False]
-
-
-def test_sorted_runs_hold_what_was_added_in_few_runs():
-    """Adds of 100 values each, drawn from 0..9999 less what is held: the runs hold exactly the values added, each in
-    one run; ten adds of 100 leave two runs (a run is merged into the one before while that is at most twice its
-    size: 800 and 200 values)."""
-    rng = np.random.default_rng(5)
-    runs, held = SortedRuns(), set()
-    for _ in range(10):
-        x = np.unique(rng.integers(0, 10_000, 300))
-        x = x[~runs.holds(x)][:100]
-        assert not (set(x.tolist()) & held)
-        runs.add(x)
-        held |= set(x.tolist())
-    assert [len(r) for r in runs.runs] == [800, 200]
-    assert sorted(np.concatenate(runs.runs).tolist()) == sorted(held) and len(runs) == 1000
-    assert all((np.diff(r) > 0).all() for r in runs.runs)
-    probe = np.arange(10_000)
-    assert runs.holds(probe).tolist() == [v in held for v in range(10_000)]

@@ -494,6 +494,21 @@ def test_an_undecided_gold_pair_neither_merges_nor_conflicts():
     assert kind.tolist() == [3, 3]
 
 
+def test_a_cluster_keeps_its_least_rank_then_tiebreak_then_index():
+    from curate.clean.dedup import clusters
+
+    # nodes 0-3 one cluster (strict pairs, one gold), node 4 alone; node 0 shares node 2's content id
+    ids, ranks = _u64([7, 8, 7, 9, 10]), np.array([1, 0, 0, 0, 0])
+    u, v, t = np.array([1, 2, 3]), np.array([0, 1, 2]), np.ones(3, bool)
+    # rank 0 at nodes 1-3; of those, tiebreak 3 at nodes 2 and 3; of those, the lower index: node 2
+    rep, kind = clusters(5, u, v, t, ~t, t, ~t, ~t, ids, ranks, DedupConfig(), tiebreak=np.array([0, 9, 3, 3, 7]))
+    assert rep.tolist() == [2, 2, 2, 2, 4] and kind.tolist() == [1, 2, 0, 2, 0]
+    rep, kind = clusters(5, u, v, t, ~t, t, ~t, ~t, ids, ranks, DedupConfig())  # no tiebreak: the index, node 1
+    assert rep.tolist() == [1, 1, 1, 1, 4] and kind.tolist() == [2, 0, 2, 2, 0]
+    with pytest.raises(ValueError, match="ranks"):
+        clusters(5, u, v, t, ~t, t, ~t, ~t, ids, ranks - 1, DedupConfig())
+
+
 def test_tokens_keep_primes_decimals_and_unicode_operators():
     from curate.clean.text import sequence_keys
 

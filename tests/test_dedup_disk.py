@@ -84,9 +84,9 @@ def test_crafted_near_duplicates_across_shards_and_key_ranges(tmp_path, monkeypa
     dedup_stage(dirs, tmp_path / "mem", DedupConfig(engine="memory"))
     dedup_stage(dirs, tmp_path / "disk", DedupConfig(engine="disk", workers=1))
     monkeypatch.setattr(dedup_disk, "PART_ENTRIES", 3)  # 15 rows: every band split into 8 key ranges
-    monkeypatch.setattr(dedup_disk, "JUDGE_PAIRS", 1)  # and each band's pairs judged on their own
+    monkeypatch.setattr(dedup_disk, "JUDGE_PAIRS", 1)  # and each range of rows' pairs judged on its own
     dedup_stage(dirs, tmp_path / "ranges", DedupConfig(engine="disk", workers=1))
-    monkeypatch.setattr(dedup_disk, "JUDGE_SPLIT", 0)  # ... and judged in two worker processes, a part each
+    # ... and judged in two worker processes (the ranges shared out by this one)
     dedup_stage(dirs, tmp_path / "split", DedupConfig(engine="disk", workers=2))
     mem, fates = _outcome(tmp_path / "mem")
     ids = {i: None for _, i, _, _ in ROWS}

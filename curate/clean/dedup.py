@@ -129,11 +129,11 @@ def minhash(col: pa.Array | pa.ChunkedArray, cfg: DedupConfig, toks: pa.ListArra
 
 def _components(n: int, u: np.ndarray, v: np.ndarray) -> np.ndarray:
     """Connected-component label (the smallest member index) of each of n nodes given edges u-v. Worked in 32-bit
-    integers where they hold every index: half the bytes of the copies each round makes (millions of edges at 10M
-    rows), the same labels."""
-    if len(u) == 0:
-        return np.arange(n, dtype=np.int64)
+    integers where they hold every index (and returned so): half the bytes of the copies each round makes (millions
+    of edges at 10M rows), the same labels."""
     small = np.int32 if n < 2**31 else np.int64
+    if len(u) == 0:
+        return np.arange(n, dtype=small)
     labels, u, v = np.arange(n, dtype=small), np.asarray(u).astype(small, copy=False), np.asarray(v).astype(small, copy=False)
     while True:
         m = np.minimum(labels[u], labels[v])
@@ -142,7 +142,7 @@ def _components(n: int, u: np.ndarray, v: np.ndarray) -> np.ndarray:
         np.minimum.at(new, v, m)
         new = new[new]  # pointer jumping
         if np.array_equal(new, labels):
-            return labels.astype(np.int64)
+            return labels
         labels = new
 
 
@@ -269,20 +269,31 @@ def clusters(n: int, u: np.ndarray, v: np.ndarray, strict: np.ndarray, loose: np
     (``conflict_pairs``) and otherwise two problems; an undecided pair (a timeout, a missing gold) does neither.
     A cluster holding a conflict keeps none of its rows (``conflicts="drop"``) or its best-ranked row as usual
     (``"keep"``); its rows' ``rep`` is the cluster's best-ranked row either way. Ties of rank go to the lowest
-    ``tiebreak`` (default: the row's index; ``dedup_disk`` gives a node standing for a group its best member's row).
-    """
-    idx = np.arange(n)
+    ``tiebreak`` (default: the row's index; ``dedup_disk`` gives a node standing for a group its best member's row),
+    then to the lowest index. ``ranks``: in [0, 2^31) (source priorities); ``tiebreak``: in [0, 2^32) (rows).
+    ``rep`` is int32 where ``n`` allows."""
     merge = (strict | loose) & (same_gold | (not cfg.require_same_answer))
     conflict = conflict_pairs(differ, same_statement, cfg)
     link = merge | conflict
-    comp = _components(n, u[link], v[link])
-    order = np.lexsort((idx if tiebreak is None else tiebreak, ranks, comp))
-    comp_sorted = comp[order]
-    is_first = np.r_[True, comp_sorted[1:] != comp_sorted[:-1]] if n else np.zeros(0, bool)
-    rep_of_comp = np.empty(n, dtype=np.int64)
-    rep_of_comp[comp_sorted[is_first]] = order[is_first]
-    rep = rep_of_comp[comp]
-    kind = np.where(rep == idx, 0, np.where(ids == ids[rep], 1, 2)).astype(np.int8)
+    comp = _components(n, *((u, v) if link.all() else (u[link], v[link])))  # no copies of every pair for nothing
+    idx = np.arange(n, dtype=comp.dtype)
+    # each component's best row: the least (rank, tiebreak, index), found as the least of one integer per node (rank
+    # and tiebreak) and then the least index among the nodes that hold it; no sort of every node (at 10M rows without
+    # copies a lexsort's order and its gathers were the stage's peak)
+    tie = idx if tiebreak is None else np.asarray(tiebreak)
+    ranks = np.asarray(ranks)
+    if n and (ranks.min() < 0 or ranks.max() >= 2**31 or tie.min() < 0 or tie.max() >= 2**32):
+        raise ValueError("clusters: ranks must lie in [0, 2^31) and tiebreaks in [0, 2^32)")
+    key = (ranks.astype(np.int64) << 32) | tie.astype(np.int64)
+    least = np.full(n, np.iinfo(np.int64).max)
+    np.minimum.at(least, comp, key)
+    holds = key == least[comp]
+    del key, least
+    rep = np.full(n, n, comp.dtype)
+    np.minimum.at(rep, comp[holds], idx[holds])
+    rep = rep[comp]
+    kind = (rep != idx).astype(np.int8)  # 1: merged into another row; 2 where that row has another content id
+    kind += (kind == 1) & (ids != ids[rep])
     if cfg.conflicts == "drop" and conflict.any():
         kind[np.isin(comp, comp[u[conflict]])] = 3
     return rep, kind

@@ -35,12 +35,13 @@ taken out first, as datatrove's users run its exact stage before MinHash:
    of them (``_by_key``) where numba is missing. The entries carry what rejects most collisions without a
    signature: other numbers in as many of them (a collision that the entry's short word of the numbers cannot
    reject goes on to the judge, which reads the whole hash). The key ranges split each band so that one range holds
-   at most ``PART_ENTRIES`` entries, whatever the number of rows.
-4. **Judging** (``judge``, in the worker processes, a part of the pairs each, once the bands buffered so far are
-   grouped). The surviving band pairs are judged once each on their whole signatures and features, read back shard
-   by shard for the rows involved only (a pair that a band before brought is not sent again: its verdict is its
-   own, and it is new in the first band that brought it); two rows of one content id are never a near pair (their
-   own exact step pairs them). A near pair comes back only when it can decide a row (``Work.decides``: it may merge
+   at most ``PART_ENTRIES`` entries, whatever the number of rows. A band's pairs go to its file
+   (``pairs_NNN.bin``, in row order) with where each of ``PAIR_RANGES`` ranges of rows starts in it.
+4. **Judging** (``_pair_job``: ``judge``, in the worker processes, once every band is done). A job takes a run of
+   consecutive row ranges from every band's file, so every copy of a pair lands in one job: each distinct pair is
+   judged once, at the first band that brings it (its verdict is its own whatever band brings it), and no set of the
+   pairs judged is kept anywhere. Pairs are judged on their whole signatures and features, read back shard by shard
+   for the rows involved only; two rows of one content id are never a near pair (their own exact step pairs them). A near pair comes back only when it can decide a row (``Work.decides``: it may merge
    or show a gold conflict), so what the caller holds grows with those, not with every collision.
 
 The caller then compares golds, clusters the nodes that have a pair (union-find over them only) and streams the
@@ -53,8 +54,6 @@ import json
 import mmap
 import os
 import threading
-from collections import deque
-from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,7 +77,7 @@ from curate.clean.dedup import (
 from curate.clean.kernels import _pair_scratch
 from curate.clean.kernels import compiled as kernel_of
 from curate.clean.text import asy_keys, canonical, tokens
-from curate.core.arrays import SortedRuns, unique_inverse
+from curate.core.arrays import unique_inverse
 
 # a band entry's columns: the band key's two words, and the row (high 32 bits) with ``_num_word`` (low 32 bits)
 BAND_COLUMNS = ("hi", "lo", "rn")
@@ -598,7 +597,9 @@ class Work:
     def columns(self, rows: np.ndarray, names: list[str], arrow: bool = False) -> dict:
         """The feature columns ``names`` of ``rows`` (any order, repeats allowed), read shard by shard: numpy arrays,
         or with ``arrow`` arrow arrays (strings without a Python object each)."""
-        uniq, inv = unique_inverse(rows, self.n)
+        # sorted distinct rows (the stage's nodes) are in their own order already: no second gather
+        in_order = len(rows) < 2 or bool((rows[1:] > rows[:-1]).all())
+        uniq, inv = (rows, None) if in_order else unique_inverse(rows, self.n)
         if set(names) & set(TEXT_FEATURES) and self.stands_in[uniq].any():
             raise RuntimeError("dedup: text features read for a row its group's first row stands for (not computed)")
         out: dict[str, list] = {k: [] for k in names}
@@ -608,8 +609,6 @@ class Work:
             for k in names:
                 out[k].append(t[k].combine_chunks() if arrow else t[k].to_numpy(zero_copy_only=False))
             self._let_go("feat", i)  # what was taken is copied
-        # sorted distinct rows (the stage's nodes) are in their own order already: no second gather
-        in_order = len(uniq) == len(rows) and bool((np.diff(rows) > 0).all())
         got: dict = {}
         for k, parts in out.items():
             if arrow:
@@ -858,23 +857,82 @@ def build(shards: list[Path], work: Path, cfg: DedupConfig, prio: dict[str, int]
     return w
 
 
-JUDGE_PAIRS = 2_000_000  # band pairs judged at once (their signatures and features read shard by shard once)
+JUDGE_PAIRS = 2_000_000  # band pairs a judge job takes at most (their signatures and features read shard by shard once)
+PAIR_RANGES = 256  # row ranges of a band's pair file: a judge job takes some consecutive ones of every band
 
 
-def _band_job(args: tuple[str, DedupConfig, list[int], list[int], int, int]) -> tuple[np.ndarray, np.ndarray]:
-    """``Work.band_pairs`` of one band, in a worker process."""
+def _pair_path(folder: Path, band: int) -> Path:
+    return folder / f"pairs_{band:03d}.bin"
+
+
+def _band_job(args: tuple[str, DedupConfig, list[int], list[int], int, int]) -> np.ndarray:
+    """``Work.band_pairs`` of one band, in a worker process, written to the band's pair file (``u`` then ``v``, int32,
+    in row order); returns where each of ``PAIR_RANGES`` ranges of rows starts in it (and its end)."""
     from curate.core.parallel import trim_memory
 
     folder, cfg, rows, entries, parts, band = args
-    trim_memory()  # the first job after the per-shard steps: what glibc kept of them goes back first
     w = Work(Path(folder), cfg, rows)
     w.entries, w.parts = entries, parts
-    got = w.band_pairs(band)
+    u, v = w.band_pairs(band)
+    path = _pair_path(w.folder, band)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        _write(f, u)
+        _write(f, v)
+    os.replace(tmp, path)
+    cuts = np.searchsorted(u, _range_starts(w.n)).astype(np.int64)
     trim_memory()  # a band's key ranges in, its pairs out: what is left of it goes back
-    return got
+    return cuts
 
 
-JUDGE_SPLIT = 20_000  # a chunk with more distinct pairs than this is judged in parts, one per worker process
+def _range_starts(n: int) -> np.ndarray:
+    """The first row of each of ``PAIR_RANGES`` ranges of ``n`` rows, and ``n``."""
+    return (np.arange(PAIR_RANGES + 1, dtype=np.int64) * n) // PAIR_RANGES
+
+
+def _pair_job(args: tuple[str, DedupConfig, list[int], str, list[tuple[int, int, int]]]
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Judge the band pairs of one range of rows, every band's (``spans``: per band, its pairs in the file and the
+    span of them in the range): each distinct pair once, at the first band that brings it. A pair's verdict is its
+    own, whatever band brings it: a good one is new in the first band that brought it, and a bad one is bad in
+    every band. Returns the good ones, band by band and each band's in row order, and how many each band has:
+    ``(per_band, u, v, agree, strict)`` (``Work.judge``).
+    Every pair of a row range lands in one job, so no pair is judged twice and no set of pairs judged is kept."""
+    folder, cfg, rows, token, spans = args
+    w = _worker_work(folder, cfg, rows, token)
+    span = max(w.n, 1)
+    keys, bands = [], []
+    for i, (m, a, b) in enumerate(spans):
+        if b > a:
+            path = _pair_path(w.folder, i)
+            u = np.fromfile(path, np.int32, b - a, offset=4 * a)
+            v = np.fromfile(path, np.int32, b - a, offset=4 * (m + a))
+            if len(u) != b - a or len(v) != b - a:
+                raise RuntimeError(f"dedup: {path.name} is shorter than its band's pairs (a damaged work folder)")
+            keys.append(u.astype(np.int64) * span + v)
+            bands.append(np.full(b - a, i, np.int16))
+    if not keys:
+        z = np.zeros(0, np.int32)
+        return np.zeros(len(spans), np.int64), z, z, np.zeros(0), np.zeros(0, bool)
+    k = np.concatenate(keys)
+    del keys
+    o = np.argsort(k, kind="stable")  # a key's copies stay in band order: its first is its first band's
+    k = k[o]
+    starts = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
+    first = o[starts]
+    del o
+    distinct = k[starts]
+    del k, starts
+    band = np.concatenate(bands)[first]
+    u, v = (distinct // span).astype(np.int32), (distinct % span).astype(np.int32)
+    del distinct, first
+    ok, agree, strict = w.judge(u, v)
+    from curate.core.parallel import trim_memory
+
+    trim_memory()
+    band, u, v, agree, strict = band[ok], u[ok], v[ok], agree[ok], strict[ok]
+    o = np.lexsort((u, band))  # band by band, each in row order (a row is the later row of at most one pair a band)
+    return np.bincount(band, minlength=len(spans)), u[o], v[o], agree[o], strict[o]
 
 
 _DONTNEED = getattr(mmap, "MADV_DONTNEED", None)  # POSIX (elsewhere the pages stay mapped until the run ends)
@@ -894,97 +952,53 @@ def _worker_work(folder: str, cfg: DedupConfig, rows: list[int], token: str) -> 
     return _WORKER_WORK[0]
 
 
-def _judge_job(args: tuple[str, DedupConfig, list[int], str, np.ndarray, np.ndarray]
-               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``Work.judge`` of some pairs, in a worker process."""
-    from curate.core.parallel import trim_memory
-
-    folder, cfg, rows, token, u, v = args
-    got = _worker_work(folder, cfg, rows, token).judge(u, v)
-    trim_memory()
-    return got
-
-
-def _judge(w: Work, u: np.ndarray, v: np.ndarray, pool=None) -> Callable[[], tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """``w.judge(u, v)``, as a call that waits for it: without ``pool``, judged here and now; with one, submitted to
-    its processes (in parts when there are enough pairs), so that this process goes on while they judge. Each pair
-    is judged on its own, so the parts give the same verdicts."""
-    if pool is None:
-        done = w.judge(u, v)
-        return lambda: done
-    k = max(1, getattr(pool, "_max_workers", 1)) if len(u) > JUDGE_SPLIT else 1
-    cuts = np.linspace(0, len(u), k + 1).astype(np.int64).tolist()
-    futures = [pool.submit(_judge_job, (str(w.folder), w.cfg, w.rows, w.token, u[a:b], v[a:b]))
-               for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
-
-    def wait() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        parts = [f.result() for f in futures]
-        return tuple(np.concatenate([p[j] for p in parts]) for j in range(3))
-
-    return wait
-
-
 def pairs(w: Work, pool=None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """The candidate pairs ``(u, v, agree, strict)`` in the in-memory engine's order (exact pairs by row, then each
-    band's new near pairs by row), with each group of ``exact_groups`` standing as its first row, less the near
+    """The candidate pairs ``(u, v, agree, strict)`` (rows as int32) in the in-memory engine's order (exact pairs by
+    row, then each band's new near pairs by row), with each group of ``exact_groups`` standing as its first row, less the near
     pairs that cannot decide a row (``Work.decides``); and the groups
     and the sorted content id hashes of the groups paired row by row. ``pool``: worker processes (``worker_pool``)
-    that find the bands' pairs and judge them while this process takes the bands judged before in order."""
-    from curate.core.parallel import ordered_map, trim_memory
+    that find the bands' pairs (``_band_job``: a file each) and then judge them by ranges of rows (``_pair_job``);
+    this process holds only the good pairs."""
+    from curate.core.parallel import ordered_map
 
     groups, u, v, mixed = w.exact if w.exact is not None else w.exact_groups()
     order = np.argsort(u, kind="stable")
-    us, vs, ag, st = [u[order]], [v[order]], [np.ones(len(u))], [np.ones(len(u), bool)]
+    # rows < 2^31 (``Work``): int32, half the bytes the stage holds to its end
+    us, vs = [u[order].astype(np.int32)], [v[order].astype(np.int32)]
+    ag, st = [np.ones(len(u))], [np.ones(len(u), bool)]
     if w.cfg.near:
-        sent = SortedRuns()  # every pair sent to be judged so far (u * n + v): none is sent again
-        span = max(w.n, 1)
-        buf: list[tuple[np.ndarray, np.ndarray]] = []
-        judging: deque = deque()  # chunks of bands sent to be judged, oldest first (``send``)
-
-        def send(last: bool = False) -> None:
-            """Judge the buffered bands' distinct pairs that no band before them brought. A pair's verdict is its
-            own, whatever band brings it, so a pair sent once is never judged again: a good one is new in the first
-            band that brought it, and a bad one is bad in every band. Each band's pairs come in row order
-            (``band_pairs``), so the chunk's keys are sorted runs, merged by a stable sort (timsort: a key's copies
-            stay in band order, and the first of them is where the key first comes in the chunk). ``last``: no
-            chunk follows, so its pairs need not join the set sent (whose merge was the main process's peak)."""
-            keys = np.concatenate([x.astype(np.int64) * span + y for x, y in buf])
-            o = np.argsort(keys, kind="stable")
-            k = keys[o]
-            starts = np.flatnonzero(np.r_[True, k[1:] != k[:-1]]) if len(k) else np.zeros(0, np.int64)
-            distinct, first = k[starts], o[starts]
-            new = ~sent.holds(distinct)
-            distinct, first = distinct[new], first[new]
-            if not last:
-                sent.add(distinct)
-            judging.append((keys, first, _judge(w, distinct // span, distinct % span, pool)))
-            buf.clear()
-
-        def take() -> None:
-            """The oldest chunk's new pairs (its good ones), band after band, each band's in row order: the order of
-            their first places in the chunk, since each band's pairs are in row order."""
-            keys, first, wait = judging.popleft()
-            ok, agree, strict = wait()
-            at = first[ok]
-            o = np.argsort(at)  # first places are distinct
-            at = at[o]
-            us.append((keys[at] // span).astype(np.int32))  # rows < 2^31: half the bytes held to the end
-            vs.append((keys[at] % span).astype(np.int32))
-            ag.append(agree[ok][o])
-            st.append(strict[ok][o])
-
         jobs = [(str(w.folder), w.cfg, w.rows, w.entries, w.parts, b) for b in range(w.cfg.bands)]
-        # the bands' pairs are small next to their files: eight in flight keep the workers busy while this process
-        # sends a chunk to be judged or takes one
-        for x, y in ordered_map(_band_job, jobs, pool=pool, in_flight=8):
-            buf.append((x, y))
-            if sum(len(a) for a, _ in buf) >= JUDGE_PAIRS:
-                send()
-                while len(judging) > 1:  # memory: at most two chunks' pairs held
-                    take()
-                trim_memory()  # the chunk's keys and their sort: glibc would hold them to the end
-        if buf:
-            send(last=True)
-        while judging:
-            take()
-    return _cat(us), _cat(vs), np.concatenate(ag), np.concatenate(st), groups, mixed
+        cuts = np.array(list(ordered_map(_band_job, jobs, pool=pool)), np.int64).reshape(w.cfg.bands, PAIR_RANGES + 1)
+        sizes = np.diff(cuts, axis=1).sum(0)  # band pairs per range of rows, every band's
+        # consecutive ranges to a job: at most JUDGE_PAIRS band pairs, and at least four jobs a worker to share out
+        most = max(min(JUDGE_PAIRS, int(sizes.sum()) // (4 * max(getattr(pool, "_max_workers", 1), 1)) + 1), 1)
+        ends, held = [], 0
+        for r, s in enumerate(sizes.tolist()):
+            if held and held + s > most:
+                ends.append(r)
+                held = 0
+            held += s
+        bounds = [0, *ends, PAIR_RANGES]
+        total = cuts[:, -1].tolist()
+        jobs2 = [(str(w.folder), w.cfg, w.rows, w.token,
+                  [(total[b], int(cuts[b, lo]), int(cuts[b, hi])) for b in range(w.cfg.bands)])
+                 for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)]
+        if pool is None:  # judged here: with this run's Work (its files mapped once)
+            _WORKER_WORK[:] = [w]
+        try:
+            got = list(ordered_map(_pair_job, jobs2, pool=pool))
+        finally:
+            if pool is None:
+                _WORKER_WORK.clear()
+        # band by band, and in each band the jobs' pairs in job order (their ranges of rows, in order): row order
+        counts = np.array([g[0] for g in got], np.int64).reshape(len(got), w.cfg.bands)
+        starts = np.cumsum(counts, axis=1) - counts  # where each band's pairs start in each job's arrays
+        outs: tuple[list[np.ndarray], ...] = (us, vs, ag, st)
+        for k, out in enumerate(outs):
+            parts = [got[j][k + 1][starts[j, b] : starts[j, b] + counts[j, b]]
+                     for b in range(w.cfg.bands) for j in range(len(got))]
+            out.append(np.concatenate(parts))  # a job at least, a band at least
+        del got
+        for b in range(w.cfg.bands):
+            _pair_path(w.folder, b).unlink(missing_ok=True)
+    return np.concatenate(us), np.concatenate(vs), np.concatenate(ag), np.concatenate(st), groups, mixed
