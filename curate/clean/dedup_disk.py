@@ -41,8 +41,9 @@ taken out first, as datatrove's users run its exact stage before MinHash:
    consecutive row ranges from every band's file, so every copy of a pair lands in one job: each distinct pair is
    judged once, at the first band that brings it (its verdict is its own whatever band brings it), and no set of the
    pairs judged is kept anywhere. Pairs are judged on their whole signatures and features, read back shard by shard
-   for the rows involved only; two rows of one content id are never a near pair (their own exact step pairs them). A near pair comes back only when it can decide a row (``Work.decides``: it may merge
-   or show a gold conflict), so what the caller holds grows with those, not with every collision.
+   for the rows involved only; two rows of one content id are never a near pair (their own exact step pairs them).
+   A near pair comes back only when it can decide a row (``Work.decides``: it may merge or show a gold conflict),
+   so what the caller holds grows with those, not with every collision.
 
 The caller then compares golds, clusters the nodes that have a pair (union-find over them only) and streams the
 shards again to write them out.
