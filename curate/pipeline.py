@@ -31,7 +31,7 @@ from curate.clean.decontam import (
     match_batch,
     resolve_benchmark,
 )
-from curate.clean.dedup import DedupConfig, candidate_pairs, clusters, conflict_pairs, loose_ok, telling_golds
+from curate.clean.dedup import DedupConfig, candidate_pairs, clusters, conflict_pairs, loose_pairs
 from curate.clean.dedup_disk import FEATURES, READ_COLUMNS, WORK, features
 from curate.clean.filters import BATCH_COLUMNS, FilterConfig, filter_batch
 from curate.clean.text import content_ids, repair_escapes
@@ -460,16 +460,12 @@ def dedup_stage(inputs: list[Path], out: Path, cfg: DedupConfig | None = None, f
         del u, v  # ``nodes[cu]``, ``nodes[cv]``: at 10M rows without copies 5.8M pairs, each array 23 MB
         # the nodes' columns are read one at a time, each dropped once used (at 10M rows, 40-60 MB each)
         with run.timed("pairs"):
+            def golds_of(ask: np.ndarray, at: np.ndarray = nodes, first: np.ndarray = cu) -> pa.Array:
+                return rows.columns(at[first[ask]], ["gold"], arrow=True)["gold"]
+
             year = rows.columns(nodes, ["year"])["year"]
-            same_year = (year[cu] == year[cv]) & (year[cu] >= 0)
-            del year
-            # a loose pair's gold is telling or not by its first row's, read (as arrow strings) where it decides
-            telling = np.zeros(len(cu), bool)
-            ask = ~strict & ~same_year & (agree >= cfg.telling_threshold)
-            if ask.any():
-                telling[ask] = telling_golds(rows.columns(nodes[cu[ask]], ["gold"], arrow=True)["gold"])
-            loose = loose_ok(agree, strict, same_year, telling, cfg)
-            del same_year, ask, telling, agree
+            loose = loose_pairs(agree, strict, (year[cu], year[cv]), golds_of, cfg)
+            del year, agree, golds_of
             trim_memory()  # each column read leaves freed pieces behind: they go back before the next is read
             idh = rows.columns(nodes, ["idh"])["idh"]
             same_statement = idh[cu] == idh[cv]
@@ -485,8 +481,8 @@ def dedup_stage(inputs: list[Path], out: Path, cfg: DedupConfig | None = None, f
             todo = np.flatnonzero(~same & (strict | loose | same_statement))
             if len(todo):  # golds written differently: math-verify decides ("073" is 73); None decides nothing
                 gu, gv = rows.columns(nodes[cu[todo]], ["gold"])["gold"], rows.columns(nodes[cv[todo]], ["gold"])["gold"]
-                with GradingPool(timeout_s=cfg.gold_timeout_s) as pool:
-                    verdict = pool.same_answer(list(zip(gu.tolist(), gv.tolist(), strict=True)))
+                with GradingPool(timeout_s=cfg.gold_timeout_s) as graders:
+                    verdict = graders.same_answer(list(zip(gu.tolist(), gv.tolist(), strict=True)))
                 same[todo] = [x is True for x in verdict]
                 differ[todo] = [x is False for x in verdict]
                 run.extra["gold_compare"] = {"pairs": int(len(todo)), "same": int(sum(x is True for x in verdict)),

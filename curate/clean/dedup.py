@@ -30,6 +30,7 @@ hashes and keeps its 96 minima in registers (``kernels.shingle_loop``). Both giv
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -249,6 +250,24 @@ def loose_ok(agree: np.ndarray, strict: np.ndarray, same_year: np.ndarray, telli
     the same year (two copies of one competition's problem), or they agree on ``telling_threshold`` of their
     hashes and the gold is telling (``telling``: ``telling_golds`` of each pair's first row's gold)."""
     return ~strict & (same_year | ((agree >= cfg.telling_threshold) & telling))
+
+
+def loose_pairs(agree: np.ndarray, strict: np.ndarray, years: tuple[np.ndarray, np.ndarray],
+                golds_of: Callable[[np.ndarray], pa.Array | pa.ChunkedArray], cfg: DedupConfig,
+                among: np.ndarray | None = None) -> np.ndarray:
+    """``loose_ok`` of candidate pairs, the golds read only where they decide: ``years``, both rows' years of each
+    pair; ``golds_of(mask)``, the gold strings of the first rows of the pairs ``mask`` selects (a loose pair's gold
+    is telling or not by its first row's). ``among``: the pairs worth asking (others may come out False). The one
+    rule of both the stage (``curate.pipeline.dedup_stage``) and the disk engine's judge (``Work.decides``)."""
+    yu, yv = years
+    same_year = (yu == yv) & (yu >= 0)
+    telling = np.zeros(len(agree), bool)
+    ask = ~strict & ~same_year & (agree >= cfg.telling_threshold)
+    if among is not None:
+        ask &= among
+    if ask.any():
+        telling[ask] = telling_golds(golds_of(ask))
+    return loose_ok(agree, strict, same_year, telling, cfg)
 
 
 def telling_golds(golds: pa.Array | pa.ChunkedArray) -> np.ndarray:

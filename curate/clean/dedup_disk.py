@@ -69,11 +69,10 @@ from curate.clean.dedup import (
     DedupConfig,
     hash_strings,
     judge_near,
-    loose_ok,
+    loose_pairs,
     minhash,
     numbers_with_counts,
     statement_hashes,
-    telling_golds,
 )
 from curate.clean.kernels import _pair_scratch
 from curate.clean.kernels import compiled as kernel_of
@@ -627,7 +626,9 @@ class Work:
         while m > 0:
             i = int(self._shard_of(np.array([start]))[0])
             if self._ids is None or self._ids[0] != i:
-                self._ids = (i, _feat(self.folder, i, ["idh"])["idh"].to_numpy())
+                if self._ids is not None:
+                    self._let_go("feat", self._ids[0])  # the pass has left that shard
+                self._ids = (i, self._mapped("feat", i)["idh"].to_numpy())  # a view of the mapped file
             a = start - int(self.offsets[i])
             part = self._ids[1][a : a + m]
             if len(part) == 0:
@@ -742,18 +743,10 @@ class Work:
         their golds different), or a pair of one statement (``stmt``) with gold strings that differ (a conflict
         when math-verify finds them different). Any other near pair links nothing: it neither merges nor
         conflicts. ``sides``: ``year``, ``stmt`` and ``ans`` of both rows of each pair; ``u``: their first rows."""
-        (yu, yv), (su, sv), (au, av) = sides["year"], sides["stmt"], sides["ans"]
-        same_year = (yu == yv) & (yu >= 0)
-        telling = np.zeros(len(u), bool)
-        ask = near & ~strict & ~same_year & (agree >= self.cfg.telling_threshold)  # the only pairs it decides
-        if ask.any():
-            telling[ask] = telling_golds(self.columns(u[ask], ["gold"], arrow=True)["gold"])
-        return strict | loose_ok(agree, strict, same_year, telling, self.cfg) | ((au != av) & (su == sv))
-
-
-def _feat(folder: Path, i: int, names: list[str]) -> pa.Table:
-    """Columns ``names`` of shard ``i``'s feature file (mapped: a ``take`` reads the pages of its rows only)."""
-    return feather.read_table(folder / f"feat_{i:05d}.arrow", columns=names, memory_map=True)
+        (su, sv), (au, av) = sides["stmt"], sides["ans"]
+        loose = loose_pairs(agree, strict, sides["year"], lambda ask: self.columns(u[ask], ["gold"], arrow=True)["gold"],
+                            self.cfg, among=near)
+        return strict | loose | ((au != av) & (su == sv))
 
 
 def _cat(xs: list[np.ndarray]) -> np.ndarray:
