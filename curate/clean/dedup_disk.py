@@ -72,6 +72,7 @@ from curate.clean.dedup import (
     loose_pairs,
     minhash,
     numbers_with_counts,
+    same_years,
     statement_hashes,
 )
 from curate.clean.kernels import _pair_scratch
@@ -744,8 +745,7 @@ class Work:
         when math-verify finds them different). Any other near pair links nothing: it neither merges nor
         conflicts. ``sides``: ``year``, ``stmt`` and ``ans`` of both rows of each pair; ``u``: their first rows."""
         (su, sv), (au, av) = sides["stmt"], sides["ans"]
-        loose = loose_pairs(agree, strict, sides["year"], lambda ask: self.columns(u[ask], ["gold"], arrow=True)["gold"],
-                            self.cfg, among=near)
+        loose = loose_pairs(agree, strict, same_years(*sides["year"]), u, self.columns, self.cfg, among=near)
         return strict | loose | ((au != av) & (su == sv))
 
 
@@ -851,7 +851,7 @@ def build(shards: list[Path], work: Path, cfg: DedupConfig, prio: dict[str, int]
     return w
 
 
-JUDGE_PAIRS = 2_000_000  # band pairs a judge job takes at most (their signatures and features read shard by shard once)
+JUDGE_PAIRS = 1_000_000  # band pairs a judge job takes at most (their signatures and features read shard by shard once)
 PAIR_RANGES = 256  # row ranges of a band's pair file: a judge job takes some consecutive ones of every band
 
 
@@ -865,6 +865,7 @@ def _band_job(args: tuple[str, DedupConfig, list[int], list[int], int, int]) -> 
     from curate.core.parallel import trim_memory
 
     folder, cfg, rows, entries, parts, band = args
+    trim_memory()  # the first band job after the per-shard steps: what glibc kept of them (300-400 MB) goes back first
     w = Work(Path(folder), cfg, rows)
     w.entries, w.parts = entries, parts
     u, v = w.band_pairs(band)
