@@ -35,7 +35,7 @@ from curate.clean.dedup import DedupConfig, candidate_pairs, clusters, conflict_
 from curate.clean.dedup_disk import FEATURES, READ_COLUMNS, WORK, features
 from curate.clean.filters import BATCH_COLUMNS, FilterConfig, filter_batch
 from curate.clean.text import content_ids, repair_escapes
-from curate.core.arrays import in_sorted, search, unique
+from curate.core.arrays import in_sorted, marked_places, search, unique
 from curate.core.config import ConfigError, check_keys, from_dict, load_file
 from curate.core.errors import SourceError
 from curate.core.manifest import Manifest
@@ -454,15 +454,9 @@ def dedup_stage(inputs: list[Path], out: Path, cfg: DedupConfig | None = None, f
                                        "id_groups": int(len(groups)), "id_groups_paired_by_row": int(len(mixed)),
                                        "rows_with_signatures": int(sum(w.entries)) if cfg.near else 0}
         n = rows.n
-        # the rows that have a pair (a group's first row stands for the group), and each pair's rows as node numbers:
-        # a mark per row and its running count (``unique_inverse``'s way, without a copy of every pair's rows)
-        mark = np.zeros(n, bool)
-        mark[u] = True
-        mark[v] = True
-        place = np.cumsum(mark, dtype=np.int32 if n <= 2**31 else np.int64) - 1
-        nodes = np.flatnonzero(mark).astype(np.int32 if n <= 2**31 else np.int64)
-        cu, cv = place[u], place[v]  # ``nodes[cu]``, ``nodes[cv]``: at 10M rows without copies 5.8M pairs, 23 MB each
-        del u, v, mark, place
+        # the rows that have a pair (a group's first row stands for the group), and each pair's rows as node numbers
+        nodes, (cu, cv) = marked_places(n, u, v)  # ``nodes[cu]``: at 10M rows without copies 5.8M pairs, 23 MB each
+        del u, v
         # the nodes' columns are read one at a time, each dropped once used (at 10M rows, 40-60 MB each)
         with run.timed("pairs"):
             year = rows.columns(nodes, ["year"])["year"]

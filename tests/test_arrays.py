@@ -3,7 +3,7 @@ of their paths (a sort, or a mark per possible value; sorted input searched as i
 
 import numpy as np
 
-from curate.core.arrays import in_sorted, search, union, unique_inverse
+from curate.core.arrays import in_sorted, marked_places, search, union, unique_inverse
 
 
 def test_unique_inverse_by_sort_and_by_marks_give_numpys_answer():
@@ -21,6 +21,10 @@ def test_unique_inverse_by_sort_and_by_marks_give_numpys_answer():
     vals, inv = unique_inverse(np.array([3, 1 << 40, 3]), 1 << 41)
     assert vals.tolist() == [3, 1 << 40] and inv.tolist() == [0, 1, 0]
     assert unique_inverse(np.zeros(0, np.int64), 10)[0].tolist() == []
+    # two arrays at once: the places of each among the values of both
+    vals, (pu, pv) = marked_places(10, np.array([7, 2, 7]), np.array([0, 9]))
+    assert vals.tolist() == [0, 2, 7, 9] and pu.tolist() == [2, 1, 2] and pv.tolist() == [0, 3]
+    assert vals.dtype == pu.dtype == np.int32
 
 
 def test_union_merges_two_sorted_sets_and_any_other_input():

@@ -851,7 +851,7 @@ def build(shards: list[Path], work: Path, cfg: DedupConfig, prio: dict[str, int]
     return w
 
 
-JUDGE_PAIRS = 1_000_000  # band pairs a judge job takes at most (their signatures and features read shard by shard once)
+JUDGE_PAIRS = 1_000_000  # band pairs a judge job takes at most, unless one range of rows holds more (a job of its own)
 PAIR_RANGES = 256  # row ranges of a band's pair file: a judge job takes some consecutive ones of every band
 
 
@@ -893,6 +893,8 @@ def _pair_job(args: tuple[str, DedupConfig, list[int], str, list[tuple[int, int,
     every band. Returns the good ones, band by band and each band's in row order, and how many each band has:
     ``(per_band, u, v, agree, strict)`` (``Work.judge``).
     Every pair of a row range lands in one job, so no pair is judged twice and no set of pairs judged is kept."""
+    from curate.core.parallel import trim_memory
+
     folder, cfg, rows, token, spans = args
     w = _worker_work(folder, cfg, rows, token)
     span = max(w.n, 1)
@@ -922,8 +924,6 @@ def _pair_job(args: tuple[str, DedupConfig, list[int], str, list[tuple[int, int,
     u, v = (distinct // span).astype(np.int32), (distinct % span).astype(np.int32)
     del distinct, first
     ok, agree, strict = w.judge(u, v)
-    from curate.core.parallel import trim_memory
-
     trim_memory()
     band, u, v, agree, strict = band[ok], u[ok], v[ok], agree[ok], strict[ok]
     o = np.lexsort((u, band))  # band by band, each in row order (a row is the later row of at most one pair a band)
@@ -966,7 +966,7 @@ def pairs(w: Work, pool=None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nd
         cuts = np.array(list(ordered_map(_band_job, jobs, pool=pool)), np.int64).reshape(w.cfg.bands, PAIR_RANGES + 1)
         sizes = np.diff(cuts, axis=1).sum(0)  # band pairs per range of rows, every band's
         # consecutive ranges to a job: at most JUDGE_PAIRS band pairs, and at least four jobs a worker to share out
-        most = max(min(JUDGE_PAIRS, int(sizes.sum()) // (4 * max(getattr(pool, "_max_workers", 1), 1)) + 1), 1)
+        most = min(JUDGE_PAIRS, int(sizes.sum()) // (4 * max(getattr(pool, "_max_workers", 1), 1)) + 1)
         ends, held = [], 0
         for r, s in enumerate(sizes.tolist()):
             if held and held + s > most:

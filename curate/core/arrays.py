@@ -31,10 +31,8 @@ def unique_inverse(x: np.ndarray, bound: int | None = None) -> tuple[np.ndarray,
     the bytes: dedup's pairs at 10M rows are 12M row numbers)."""
     x = np.asarray(x).ravel()
     if bound is not None and len(x) and bound <= 16 * len(x) + (1 << 16):
-        mark = np.zeros(bound, bool)
-        mark[x] = True
-        place = np.cumsum(mark, dtype=np.int32 if bound <= 2**31 else np.int64) - 1  # places below the bound
-        return np.flatnonzero(mark).astype(x.dtype, copy=False), place[x]
+        vals, (inv,) = marked_places(bound, x)
+        return vals.astype(x.dtype, copy=False), inv
     order = np.argsort(x)
     s = x[order]
     new = np.empty(len(s), bool)
@@ -43,6 +41,19 @@ def unique_inverse(x: np.ndarray, bound: int | None = None) -> tuple[np.ndarray,
     inv = np.empty(len(x), np.int64)
     inv[order] = np.cumsum(new) - 1
     return s[new], inv
+
+
+def marked_places(bound: int, *xs: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
+    """The sorted distinct values of all ``xs`` together (non-negative integers below ``bound``) and, for each of
+    them, each value's place among those: ``unique_inverse`` of their concatenation, from a mark per possible value
+    and a running count of the marks, without the concatenation (dedup's pairs at 10M rows: two arrays of 5.8M rows).
+    Values and places are int32 where the bound allows."""
+    small = np.int32 if bound <= 2**31 else np.int64
+    mark = np.zeros(bound, bool)
+    for x in xs:
+        mark[x] = True
+    place = np.cumsum(mark, dtype=small) - 1
+    return np.flatnonzero(mark).astype(small), [place[x] for x in xs]
 
 
 def union(a: np.ndarray, b: np.ndarray) -> np.ndarray:
