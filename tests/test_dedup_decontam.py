@@ -325,7 +325,7 @@ def _agree_both(sig: np.ndarray, iu: np.ndarray, iv: np.ndarray) -> tuple | None
     if kernel is None:
         return None
     fast = np.empty(len(iu))
-    kernel(np.ascontiguousarray(sig, np.uint32), iu.astype(np.int64), iv.astype(np.int64), fast)
+    kernel(np.ascontiguousarray(sig, np.uint32), sig.shape[1], iu.astype(np.int64), iv.astype(np.int64), fast)
     return fast, np.count_nonzero(sig[iu] == sig[iv], axis=1) / sig.shape[1], len(kernel.signatures)
 
 

@@ -203,14 +203,17 @@ def candidate_pairs(ids: np.ndarray, numbers: np.ndarray, sigs: np.ndarray | Non
 
 
 def judge_near(agree: np.ndarray, same_numbers: np.ndarray, cfg: DedupConfig, counts_differ: np.ndarray | None = None,
-               digits: tuple[np.ndarray, np.ndarray] | None = None, drawings: tuple[np.ndarray, np.ndarray] | None = None,
+               digits: tuple[np.ndarray, np.ndarray] | Callable[[np.ndarray], tuple] | None = None,
+               drawings: tuple[np.ndarray, np.ndarray] | None = None,
                years: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Which band collisions are near pairs: ``(ok, strict)`` per pair. Pairs of one content id are the exact step's:
     the in-memory engine never passes them, and ``dedup_disk`` rejects them after this judge.
 
     ``agree``: the fraction of equal signature hashes; ``same_numbers``: the statements hold the same numbers;
-    ``counts_differ``, ``digits``, ``drawings``, ``years``: per pair, both sides (see ``candidate_pairs``). One
-    rule for both dedup engines (``dedup_disk`` judges the pairs its band files give)."""
+    ``counts_differ``, ``digits``, ``drawings``, ``years``: per pair, both sides (see ``candidate_pairs``);
+    ``digits`` may also be a function of the pairs whose numbers are looked at (the few whose counts differ) that
+    gives both sides of those, so that a caller reads those strings only. One rule for both dedup engines
+    (``dedup_disk`` judges the pairs its band files give)."""
     lowest = min(cfg.threshold, cfg.loose_threshold) if digits is not None else cfg.threshold
     ok = agree >= lowest
     if drawings is not None:
@@ -224,8 +227,10 @@ def judge_near(agree: np.ndarray, same_numbers: np.ndarray, cfg: DedupConfig, co
     if counts_differ is not None and digits is not None:
         good |= ok & same_numbers  # as many numbers, the same ones: nested
         # one holds more numbers than the other: is it all of the other's? (a Python look at these few)
-        for j in np.flatnonzero(ok & ~good & counts_differ).tolist():
-            good[j] = _numbers_nested(digits[0][j], digits[1][j])
+        look = np.flatnonzero(ok & ~good & counts_differ)
+        if len(look):
+            a, b = digits(look) if callable(digits) else (digits[0][look], digits[1][look])
+            good[look] = [_numbers_nested(x, y) for x, y in zip(a, b, strict=True)]
     return good, strict
 
 

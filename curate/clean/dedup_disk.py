@@ -19,7 +19,8 @@ taken out first, as datatrove's users run its exact stage before MinHash:
     made of copies, most rows need no signature):
    - ``feat_NNNNN.arrow``: the features later steps read (content id, gold, source, year for every row;
      numbers, drawing and statement key for those rows);
-   - ``sig_NNNNN.npy``: their signatures, ``num_perm`` uint32 each;
+   - ``rec_NNNNN.npy``: their judge records (``record_dtype``): the signature, ``num_perm`` uint32, with the
+     fixed-width features the judge reads (``JUDGE_FIELDS``), so that judging a pair gathers one record a row;
    - ``bands_NNNNN.bin``: for each band, the band key (its ``rows`` hashes, 16 bytes) with the row and a word of
      its numbers (part of their hash and their count), ordered by key range (the key's top bits), row order within
      a range: 24 bytes an entry, stored as columns (each band's key words, then its second words, then its rows), so
@@ -124,6 +125,16 @@ def features(t: pa.Table, cfg: DedupConfig, prio: dict[str, int],
 
 
 TEXT_FEATURES = ("digits", "numh", "draw", "stmt", "cnt")  # read from the statement's text (with the signature)
+JUDGE_FIELDS = ("idh", "numh", "draw", "stmt", "ans", "year", "cnt")  # the features a judge record holds
+
+
+def record_dtype(cfg: DedupConfig) -> np.dtype:
+    """A judge record (``rec_NNNNN.npy``): a row's signature and its ``JUDGE_FIELDS``, 8 bytes each (440 bytes at 96
+    permutations). The judge gathers one record per row of its pairs: the features stored by rows rather than as the
+    feature table's columns, one page touched a row rather than one a column (a take of seven Arrow columns of the
+    mapped table cost the judge more than the signatures did)."""
+    return np.dtype([("sig", "<u4", (cfg.num_perm,))] + [(k, "<i8" if k in ("year", "cnt") else "<u8")
+                                                         for k in JUDGE_FIELDS])
 
 
 def _text_features(problems: pa.Array | pa.ChunkedArray, cfg: DedupConfig) -> tuple[dict, np.ndarray | None]:
@@ -229,14 +240,15 @@ def shard_work(job: ShardJob) -> tuple[int, int]:
     start = done_rows = 0
     # the band files' words of every own row, filled batch by batch (one copy of the signatures, no list to join)
     words = np.empty((cfg.bands, 2, len(own)), np.uint64) if cfg.near else None
-    # each batch's signatures go to the file as they come (``_SigFile``); what the band files need of them is kept
-    with _SigFile(work / f"sig_{i:05d}.npy", len(own), cfg.num_perm) if cfg.near else nullcontext() as sig_file:
+    # each batch's judge records go to the file as they come (``_RecordFile``); what the band files need is kept
+    with _RecordFile(work / f"rec_{i:05d}.npy", len(own), record_dtype(cfg)) if cfg.near else nullcontext() as rec_file:
         for rb in pq.ParquetFile(job.path).iter_batches(batch_size=65_536, columns=READ_COLUMNS):
-            feat, sig = features(pa.Table.from_batches([rb]), cfg, prio, ~stand[start : start + rb.num_rows])
+            some = ~stand[start : start + rb.num_rows]
+            feat, sig = features(pa.Table.from_batches([rb]), cfg, prio, some)
             start += rb.num_rows
             feats.append(feat)
-            if sig is not None and sig_file is not None and words is not None:
-                sig_file.write(sig)
+            if sig is not None and rec_file is not None and words is not None:
+                rec_file.write(sig, feat.select(list(JUDGE_FIELDS)).take(pa.array(np.flatnonzero(some))))
                 _band_words(sig, cfg, words[:, :, done_rows : done_rows + len(sig)])
                 done_rows += len(sig)
     feat = pa.concat_tables(feats) if feats else FEATURES.empty_table()
@@ -279,29 +291,34 @@ def _band_words(sig: np.ndarray, cfg: DedupConfig, out: np.ndarray) -> None:
     out[...] = chunk.view(np.uint64).transpose(1, 2, 0)
 
 
-class _SigFile:
-    """A shard's signature file (``.npy`` of ``rows`` x ``perms`` uint32), written batch by batch under a temporary
-    name and renamed once every row is there."""
+class _RecordFile:
+    """A shard's judge record file (``.npy`` of ``rows`` records of ``dtype``, ``record_dtype``), written batch by
+    batch under a temporary name and renamed once every row is there."""
 
-    def __init__(self, path: Path, rows: int, perms: int):
-        self.path, self.rows, self.perms, self.done = path, rows, perms, 0
+    def __init__(self, path: Path, rows: int, dtype: np.dtype):
+        self.path, self.rows, self.dtype, self.done = path, rows, dtype, 0
         self.tmp = path.with_name(path.name + ".tmp")
 
-    def __enter__(self) -> _SigFile:
+    def __enter__(self) -> _RecordFile:
         self.f = open(self.tmp, "wb")
         np.lib.format.write_array_header_1_0(
-            self.f, {"descr": np.dtype(np.uint32).str, "fortran_order": False, "shape": (self.rows, self.perms)})
+            self.f, {"descr": np.lib.format.dtype_to_descr(self.dtype), "fortran_order": False, "shape": (self.rows,)})
         return self
 
-    def write(self, sig: np.ndarray) -> None:
-        _write(self.f, np.ascontiguousarray(sig, np.uint32))
+    def write(self, sig: np.ndarray, feat: pa.Table) -> None:
+        """A batch's records: its rows' signatures and their ``JUDGE_FIELDS`` (``feat``, the same rows: no nulls)."""
+        rec = np.empty(len(sig), self.dtype)
+        rec["sig"] = sig
+        for k in JUDGE_FIELDS:
+            rec[k] = feat[k].to_numpy()
+        _write(self.f, rec)
         self.done += len(sig)
 
     def __exit__(self, kind, *_) -> None:
         self.f.close()
         if kind is None:
             if self.done != self.rows:
-                raise RuntimeError(f"dedup: {self.done} signatures for {self.rows} rows ({self.path.name})")
+                raise RuntimeError(f"dedup: {self.done} records for {self.rows} rows ({self.path.name})")
             os.replace(self.tmp, self.path)
 
 
@@ -649,14 +666,14 @@ class Work:
                 out[int(r)] = comp_of[int(h)]
         return out
 
-    def signatures(self, rows: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-        """The signatures of sorted unique ``rows``, read shard by shard (only the pages that hold them). A shard's
-        signature file holds its rows that no other row stands for, in order. ``out``: an array of at least as many
-        rows to fill (the first ``len(rows)``, returned)."""
+    def records(self, rows: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """The judge records (``record_dtype``) of sorted unique ``rows``, read shard by shard (only the pages that
+        hold them). A shard's record file holds its rows that no other row stands for, in order. ``out``: an array
+        of at least as many records to fill (the first ``len(rows)``, returned)."""
         if self.stands_in[rows].any():
             raise RuntimeError("dedup: a signature read for a row its group's first row stands for (not computed)")
         if out is None:
-            out = np.empty((len(rows), self.cfg.num_perm), np.uint32)
+            out = np.empty(len(rows), record_dtype(self.cfg))
         out = out[: len(rows)]
         for i, sel in self._by_shard(rows):
             a, b = int(self.offsets[i]), int(self.offsets[i + 1])
@@ -664,19 +681,19 @@ class Work:
             stands = self.stands_in[a:b]
             if stands.any():  # each row's place in the file: its rows that no other row stands for
                 local = (np.cumsum(~stands) - 1)[local]
-            np.take(self._mapped("sig", i), local, axis=0, out=out[sel])  # straight into place: no gathered copy
-            self._let_go("sig", i)
+            np.take(self._mapped("rec", i), local, axis=0, out=out[sel])  # straight into place: no gathered copy
+            self._let_go("rec", i)
         return out
 
     def _mapped(self, kind: str, i: int):
-        """Shard ``i``'s feature table (``feat``: an Arrow table over the mapped file) or signature array (``sig``),
+        """Shard ``i``'s feature table (``feat``: an Arrow table over the mapped file) or judge records (``rec``),
         mapped on first use and kept: a judge reads every shard for each chunk of pairs, and opening a file each
         time (the IPC footer, the npy header, a new mapping) cost more than the reads."""
         got = self._maps.get((kind, i))
         if got is None:
-            path = self.folder / (f"feat_{i:05d}.arrow" if kind == "feat" else f"sig_{i:05d}.npy")
+            path = self.folder / (f"feat_{i:05d}.arrow" if kind == "feat" else f"rec_{i:05d}.npy")
             with open(path, "rb") as f:
-                if kind == "sig":
+                if kind == "rec":
                     version = np.lib.format.read_magic(f)
                     read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
                     shape, _, dtype = read(f)
@@ -705,35 +722,41 @@ class Work:
 
     def judge(self, u: np.ndarray, v: np.ndarray, chunk: int = 100_000) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Judge band pairs on whole signatures and features (``judge_near``): ``(ok, agree, strict)``. A chunk of
-        pairs reads the signatures of its rows (at most 2 x ``chunk``, 384 bytes each) shard by shard once.
+        pairs reads the records of its rows (at most 2 x ``chunk``, ``record_dtype``: 440 bytes each) shard by shard
+        once; the numbers' strings only for the pairs whose counts differ.
 
         ``ok`` holds the near pairs that can decide a row only (``decides``): a near pair that can neither merge
         nor show a gold conflict changes no row, and the caller would hold it to the end for nothing (three in
         four of the near pairs on rows without copies)."""
         ok, agree, strict = np.zeros(len(u), bool), np.zeros(len(u)), np.zeros(len(u), bool)
-        # one buffer for every chunk's signatures: a new one of this size (77 MB) is new pages each time, and their
+        # one buffer for every chunk's records: a new one of this size (88 MB) is new pages each time, and their
         # first touch cost more than the reads
-        buf = np.empty((min(2 * chunk, 2 * len(u)), self.cfg.num_perm), np.uint32)
+        buf = np.empty(min(2 * chunk, 2 * len(u)), record_dtype(self.cfg))
+        perms = self.cfg.num_perm
         for s in range(0, len(u), chunk):
             cu, cv = u[s : s + chunk], v[s : s + chunk]
             rows, inv = unique_inverse(np.r_[cu, cv], self.n)
-            sig = self.signatures(rows, buf)
+            rec = self.records(rows, buf)
             iu, iv = inv[: len(cu)], inv[len(cu) :]
             ag = np.empty(len(cu))
             kernel = kernel_of("agree_loop")
-            if kernel is not None:  # compared in place (the same shares)
-                kernel(sig, iu.astype(np.int64), iv.astype(np.int64), ag)
+            if kernel is not None:  # compared in place (the same shares): the records as rows of uint32 words
+                kernel(rec.view(np.uint32).reshape(len(rec), -1), perms, iu.astype(np.int64), iv.astype(np.int64), ag)
             for a in range(0, len(cu) if kernel is None else 0, 16_384):  # the compared copies stay small
-                eq = sig[iu[a : a + 16_384]] == sig[iv[a : a + 16_384]]
+                eq = rec["sig"][iu[a : a + 16_384]] == rec["sig"][iv[a : a + 16_384]]
                 ag[a : a + 16_384] = np.count_nonzero(eq, axis=1) / eq.shape[1]  # the mean, as exactly
-            del sig
-            f = self.columns(rows, ["idh", "numh", "digits", "draw", "year", "cnt", "stmt", "ans"])
-            cnt = f["cnt"]
-            good, st = judge_near(ag, f["numh"][iu] == f["numh"][iv], self.cfg, cnt[iu] != cnt[iv],
-                                  (f["digits"][iu], f["digits"][iv]), (f["draw"][iu], f["draw"][iv]),
-                                  (f["year"][iu], f["year"][iv]))
-            good &= f["idh"][iu] != f["idh"][iv]  # one content id: the exact step's pair, never a near one
-            good &= self.decides(cu, ag, st, good, {k: (f[k][iu], f[k][iv]) for k in ("year", "stmt", "ans")})
+            f = {k: (rec[k][iu], rec[k][iv]) for k in JUDGE_FIELDS}
+            del rec
+
+            def digits(look: np.ndarray, iu=iu, iv=iv, rows=rows) -> tuple[np.ndarray, np.ndarray]:
+                """The numbers (strings) of both rows of the pairs ``look``: the few whose counts differ."""
+                got = self.columns(np.r_[rows[iu[look]], rows[iv[look]]], ["digits"])["digits"]
+                return got[: len(look)], got[len(look) :]
+
+            (nu, nv), (cnu, cnv) = f["numh"], f["cnt"]
+            good, st = judge_near(ag, nu == nv, self.cfg, cnu != cnv, digits, f["draw"], f["year"])
+            good &= f["idh"][0] != f["idh"][1]  # one content id: the exact step's pair, never a near one
+            good &= self.decides(cu, ag, st, good, {k: f[k] for k in ("year", "stmt", "ans")})
             ok[s : s + chunk], agree[s : s + chunk], strict[s : s + chunk] = good, ag, st
         return ok, agree, strict
 
@@ -760,8 +783,9 @@ def jobs(shards: list[Path], work: Path, cfg: DedupConfig, prio: dict[str, int])
     return [ShardJob(i, str(p), offsets[i], str(work), cfg, tuple(prio.items())) for i, p in enumerate(shards)]
 
 
-FORMAT = 4  # the work files' layout (2: exact groups before signatures; 3: features as Arrow IPC; 4: band entries as
-# columns of 24 bytes, counts in the features); another starts over
+FORMAT = 5  # the work files' layout (2: exact groups before signatures; 3: features as Arrow IPC; 4: band entries as
+# columns of 24 bytes, counts in the features; 5: judge records, signatures with the judge's features); another
+# starts over
 
 
 def claim_work(work: Path) -> None:

@@ -102,7 +102,8 @@ _TRY: dict[str, Callable] = {  # one tiny call of each loop, with the types its 
     "rare_loop": lambda f: f(np.frombuffer(b"a", np.uint8), np.array([0, 1], np.int64), np.zeros(1, np.uint32)),
     "band_loop": lambda f: f(np.ones(2, np.uint64), np.ones(2, np.uint64), np.ones(2, np.uint64), np.uint64(63),
                              np.empty((3, 2), np.uint64), np.empty(3, np.int64), np.empty(2, np.int64)),
-    "agree_loop": lambda f: f(np.zeros((1, 2), np.uint32), np.zeros(1, np.int64), np.zeros(1, np.int64), np.empty(1)),
+    "agree_loop": lambda f: f(np.zeros((1, 2), np.uint32), 2, np.zeros(1, np.int64), np.zeros(1, np.int64),
+                              np.empty(1)),
     "pair_loop": lambda f: f(np.zeros(2, np.uint64), np.zeros(2, np.uint64), 1, *_pair_scratch(2)),
 }
 
@@ -383,10 +384,10 @@ def band_loop(hi, lo, rn, shift, out, cuts, pos):  # pragma: no cover (run compi
         out[2, p] = rn[i]
 
 
-def agree_loop(sig, iu, iv, out):  # pragma: no cover (run compiled)
-    """``out[j]``: the share of equal values of signature rows ``iu[j]`` and ``iv[j]`` (equal count / values, as
-    numpy's mean of the comparison gives it)."""
-    perms = sig.shape[1]
+def agree_loop(sig, perms, iu, iv, out):  # pragma: no cover (run compiled)
+    """``out[j]``: the share of equal values among the first ``perms`` words of rows ``iu[j]`` and ``iv[j]`` of
+    ``sig`` (equal count / ``perms``, as numpy's mean of the comparison gives it): the signatures, or the judge
+    records (``dedup_disk.record_dtype``) seen as rows of uint32 words, whose signature comes first."""
     for j in range(iu.shape[0]):
         a, b = iu[j], iv[j]
         c = 0
