@@ -442,13 +442,18 @@ def dedup_stage(inputs: list[Path], out: Path, cfg: DedupConfig | None = None, f
                 (u, v, agree, strict), rows = _memory_pairs(dirs, cfg, prio)
         else:
             shards = [p for d in dirs for p in shard_paths(d)]
-            with worker_pool(dedup_disk.pool_size(len(shards), cfg.workers), preload=True) as pool:  # shards, bands
+            size = dedup_disk.pool_size(len(shards), cfg.workers)
+            with worker_pool(size, preload=True) as pool:  # the per-shard steps
                 with run.timed("signatures"):
                     w = dedup_disk.build(shards, work, cfg, prio, pool)
-                trim_memory()  # the first steps' arrays: the pairs' sets take their place
+            trim_memory()  # the first steps' arrays: the pairs' sets take their place
+            # the bands and the judge in new processes (forked from the warm fork server: about 0.1 s): a process
+            # that built signatures keeps 150-200 MB of that step's pages however its heaps are trimmed (at 10M rows
+            # without copies a band job then peaked at 595 MB in such a process, 402 MB in a new one)
+            with worker_pool(size, preload=True) as pool:
                 with run.timed("pairs"):
                     u, v, agree, strict, groups, mixed = dedup_disk.pairs(w, pool)
-                trim_memory()
+            trim_memory()
             rows = w
             run.extra["dedup_work"] = {"shards": len(w.rows), "key_ranges_per_band": w.parts,
                                        "id_groups": int(len(groups)), "id_groups_paired_by_row": int(len(mixed)),
