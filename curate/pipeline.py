@@ -447,9 +447,10 @@ def dedup_stage(inputs: list[Path], out: Path, cfg: DedupConfig | None = None, f
                 with run.timed("signatures"):
                     w = dedup_disk.build(shards, work, cfg, prio, pool)
             trim_memory()  # the first steps' arrays: the pairs' sets take their place
-            # the bands and the judge in new processes (forked from the warm fork server: about 0.1 s): a process
-            # that built signatures keeps 150-200 MB of that step's pages however its heaps are trimmed (at 10M rows
-            # without copies a band job then peaked at 595 MB in such a process, 402 MB in a new one)
+            # the bands and the judge in new processes (forked from the same warm fork server, its modules and
+            # compiled loops loaded): a process that built signatures keeps 150-200 MB of that step's pages however
+            # its heaps are trimmed (at 10M rows without copies a band job then peaked at 595 MB in such a process,
+            # 402 MB in a new one). Each band job ends trimming what it freed, so the next starts from that.
             with worker_pool(size, preload=True) as pool:
                 with run.timed("pairs"):
                     u, v, agree, strict, groups, mixed = dedup_disk.pairs(w, pool)

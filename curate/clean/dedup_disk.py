@@ -889,7 +889,6 @@ def _band_job(args: tuple[str, DedupConfig, list[int], list[int], int, int]) -> 
     from curate.core.parallel import trim_memory
 
     folder, cfg, rows, entries, parts, band = args
-    trim_memory()  # the first band job after the per-shard steps: what glibc kept of them (300-400 MB) goes back first
     w = Work(Path(folder), cfg, rows)
     w.entries, w.parts = entries, parts
     u, v = w.band_pairs(band)
