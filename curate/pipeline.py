@@ -468,7 +468,8 @@ def dedup_stage(inputs: list[Path], out: Path, cfg: DedupConfig | None = None, f
             year = rows.columns(nodes, ["year"])["year"]
             same_year = _equal_at(year, cu, cv) & (year >= 0)[cu]  # ``same_years``, without gathered copies
             del year
-            loose = loose_pairs(agree, strict, same_year, nodes[cu], rows.columns, cfg)
+            trim_memory()  # what the pairs' places and the years took and freed goes back before the golds are read
+            loose = loose_pairs(agree, strict, same_year, nodes[cu], rows.columns, cfg, bound=n)
             del same_year, agree
             trim_memory()  # each column read leaves freed pieces behind: they go back before the next is read
             idh = rows.columns(nodes, ["idh"])["idh"]
@@ -523,6 +524,7 @@ def dedup_stage(inputs: list[Path], out: Path, cfg: DedupConfig | None = None, f
                 detail_of[r["row"]] = text[:500]
         # the content ids of the rows kept for rows with another id (a row's own id otherwise)
         rep_rows = decided.foreign_reps()
+        trim_memory()  # what the clusters took and freed goes back before the ids are read
         rep_ids = pa.array(rows.columns(rep_rows, ["id"])["id"], pa.string())
         trim_memory()  # the pass below needs the decisions only: what the pairs and the nodes' columns took goes back
         conflict_rows = np.array(sorted(detail_of), np.int64)
