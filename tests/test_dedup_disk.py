@@ -8,11 +8,12 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from curate.clean import dedup_disk
 from curate.clean.dedup import DedupConfig, minhash
-from curate.core.shards import read_table
+from curate.core.shards import read_table, shard_paths
 from curate.pipeline import dedup_stage, ingest
 
 STORY = ("A farmer has {a} sheep and {b} goats in a {field} field next to the river. Every morning he counts the "
@@ -107,6 +108,30 @@ def test_crafted_near_duplicates_across_shards_and_key_ranges(tmp_path, monkeypa
     conflicts = sorted(sorted(r["source_id"].split(":")[-1] for r in c["rows"]) for c in m["stats"]["gold_conflicts"])
     assert conflicts == [["v1", "v2"], ["x1", "x2", "x3"]]
     assert not (tmp_path / "ranges" / "work").exists()  # the scratch files go once the stage is done
+
+
+def test_judge_gives_each_pair_its_verdict_however_the_first_rows_are_read(tmp_path):
+    """``Work.judge`` reads the first rows' records shard by shard, in pieces of at most ``chunk`` pairs: a pair's
+    share of equal hashes is that of its two rows' signatures (computed here on the rows' texts), and its verdict is
+    the same with pieces of one pair or with the pairs in another order."""
+    shards = [p for d in _shards(tmp_path) for p in shard_paths(d / "kept")]
+    cfg = DedupConfig(engine="disk", workers=1)
+    w = dedup_disk.build(shards, tmp_path / "work", cfg, {})
+    got = [w.band_pairs(b) for b in range(cfg.bands)]
+    keys = np.unique(np.concatenate([u.astype(np.int64) * w.n + v for u, v in got]))
+    u, v = keys // w.n, keys % w.n  # every distinct band pair, in row order
+    assert len(u) >= 5 and (v < u).all()
+    problems = pa.concat_arrays([pq.read_table(p, columns=["problem"])["problem"].combine_chunks() for p in shards])
+    sig = minhash(problems, cfg)  # the rows' signatures, in the stage's row order
+    ok, agree, strict = w.judge(u, v)
+    assert (agree == (sig[u] == sig[v]).mean(axis=1)).all()
+    assert ok.any() and (agree >= cfg.threshold).any() and (agree < cfg.threshold).any()
+    for chunk in (1, 2):
+        again = w.judge(u, v, chunk=chunk)
+        assert all((a == b).all() for a, b in zip(again, (ok, agree, strict), strict=True))
+    back = w.judge(u[::-1].copy(), v[::-1].copy())  # later rows out of order: their records found all the same
+    assert all((a[::-1] == b).all() for a, b in zip(back, (ok, agree, strict), strict=True))
+    w.close()
 
 
 def test_band_entries_are_grouped_by_key_then_row_even_when_keys_share_their_high_bits():
