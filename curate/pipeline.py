@@ -437,6 +437,7 @@ def dedup_stage(inputs: list[Path], out: Path, cfg: DedupConfig | None = None, f
         prio = {s: i for i, s in enumerate(cfg.source_priority)}
         work = out / WORK
         groups, mixed = np.zeros(0, dedup_disk.GROUP), None  # the memory engine pairs every row itself
+        dropping = None  # the disk engine's deletion of the files only its pairs read (``drop_pair_inputs``)
         if cfg.engine == "memory":
             with run.timed("signatures"):
                 (u, v, agree, strict), rows = _memory_pairs(dirs, cfg, prio)
@@ -454,6 +455,7 @@ def dedup_stage(inputs: list[Path], out: Path, cfg: DedupConfig | None = None, f
             with worker_pool(size, preload=True) as pool:
                 with run.timed("pairs"):
                     u, v, agree, strict, groups, mixed = dedup_disk.pairs(w, pool)
+            dropping = dedup_disk.drop_pair_inputs(w)  # what only the pairs read goes, beside the steps below
             trim_memory()
             rows = w
             run.extra["dedup_work"] = {"shards": len(w.rows), "key_ranges_per_band": w.parts,
@@ -574,6 +576,8 @@ def dedup_stage(inputs: list[Path], out: Path, cfg: DedupConfig | None = None, f
         }
         run.extra["gold_conflicts"] = conflicts[:500]
         getattr(rows, "close", lambda: None)()  # its mapped work files
+        if dropping is not None:
+            dropping.join()
         shutil.rmtree(work, ignore_errors=True)
 
     return run_stage("dedup", out, input_entries(inputs), _dedup_config(cfg), body, force=force, input_folders=inputs)
@@ -621,7 +625,7 @@ class _Decided:
         only when a group's rows are among them."""
         rows = np.arange(start, start + m, dtype=np.int64)
         rep, kind, conf = rows.copy(), np.zeros(m, np.int8), np.zeros(m, bool)
-        a, b = np.searchsorted(self.rows_at, [start, start + m])
+        a, b = _place(self.rows_at, start), _place(self.rows_at, start + m)
         local = self.rows_at[a:b] - start
         rep[local], conf[local] = self.row_rep[a:b], self.row_conf[a:b]
         kind[local] = _kind(rep[local], self.rows_at[a:b], self.row_idh[a:b], self.row_own[a:b])
@@ -637,6 +641,15 @@ class _Decided:
                 kind[at] = _kind(rep[at], rows[at], self.id_idh[pos], idh)
         kind[conf] = 3
         return rep, kind
+
+
+def _place(s: np.ndarray, x: int) -> int:
+    """Where integer ``x`` goes in sorted integer array ``s`` (``np.searchsorted``, left), searched as ``s``'s own
+    type: numpy would cast the whole of ``s`` to the type of a needle of another (int32 nodes, int64 rows: 2 ms a
+    call at 10M rows, twice a batch of the final pass)."""
+    if x > np.iinfo(s.dtype).max:
+        return len(s)
+    return int(np.searchsorted(s, np.array(x, s.dtype)))
 
 
 def _kind(rep: np.ndarray, row: np.ndarray, rep_idh: np.ndarray, own_idh: np.ndarray) -> np.ndarray:

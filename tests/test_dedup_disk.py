@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from curate import pipeline
 from curate.clean import dedup_disk
 from curate.clean.dedup import DedupConfig, minhash
 from curate.core.shards import read_table, shard_paths
@@ -292,8 +293,10 @@ def test_parts_for_bounds_each_key_range():
     assert dedup_disk._ranges(keys, 4).tolist() == [0, 1, 3, 4, 5]
 
 
-@pytest.mark.parametrize("where", ["signatures", "judge"])
+@pytest.mark.parametrize("where", ["signatures", "judge", "clusters"])
 def test_a_killed_dedup_restarts_from_its_shards_and_writes_the_same(tmp_path, monkeypatch, where):
+    """Killed while the shards' files are written, while the pairs are judged, or once the pairs are found (their
+    band files and records are gone by then: ``drop_pair_inputs``), a run started again writes the same shards."""
     dirs = _shards(tmp_path)
     dedup_stage(dirs, tmp_path / "whole", DedupConfig(workers=1))
     computed: list[int] = []
@@ -309,6 +312,8 @@ def test_a_killed_dedup_restarts_from_its_shards_and_writes_the_same(tmp_path, m
     monkeypatch.setattr(dedup_disk, "shard_work", spy)
     if where == "judge":
         monkeypatch.setattr(dedup_disk.Work, "judge", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt()))
+    if where == "clusters":
+        monkeypatch.setattr(pipeline, "clusters", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt()))
     with pytest.raises(KeyboardInterrupt):
         dedup_stage(dirs, tmp_path / "killed", DedupConfig(workers=1))
     assert (tmp_path / "killed" / "work").is_dir() and not (tmp_path / "killed" / "manifest.json").exists()
@@ -318,6 +323,8 @@ def test_a_killed_dedup_restarts_from_its_shards_and_writes_the_same(tmp_path, m
     dedup_stage(dirs, tmp_path / "killed", DedupConfig(workers=1))
     if where == "signatures":
         assert before == [0, 1, 2] and computed[3:] == [2, 3]  # shards 0 and 1 were not computed again
+    elif where == "clusters":
+        assert before == [0, 1, 2, 3] and computed[4:] == [0, 1, 2, 3]  # their band files and records went
     else:
         assert before == [0, 1, 2, 3] and computed[4:] == []  # every shard's files were reused
     assert _outcome(tmp_path / "killed") == _outcome(tmp_path / "whole")

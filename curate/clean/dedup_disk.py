@@ -55,6 +55,7 @@ from __future__ import annotations
 import json
 import mmap
 import os
+import shutil
 import threading
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -808,6 +809,30 @@ def _sorted_unique(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return x[new], np.cumsum(new) - 1
 
 
+def drop_pair_inputs(w: Work) -> threading.Thread:
+    """Once ``pairs`` is done: the band files and the judge records go, deleted in a thread of its own (started here)
+    while the caller goes on. Only the feature files are read after the pairs, and deleting a file frees its page
+    cache pages, which costs the kernel about 0.3 s a GB (10 GB at 10M rows without copies): at the stage's end it
+    took 3.4 s with nothing else running; here it runs beside the stage's next steps, which use one core.
+
+    Each shard's ``done_`` marker goes first and its files are moved into ``dropped/`` before the thread starts, so
+    that a run killed after this computes them again, and one started again in this process writes new files that
+    the thread cannot reach."""
+    trash = w.folder / "dropped"
+    trash.mkdir(exist_ok=True)
+    for i in range(len(w.rows)):
+        (w.folder / f"done_{i:05d}.json").unlink(missing_ok=True)
+        for name in (f"bands_{i:05d}.bin", f"bands_{i:05d}.cuts.npy", f"rec_{i:05d}.npy"):
+            try:
+                os.replace(w.folder / name, trash / name)
+            except FileNotFoundError:
+                pass
+    thread = threading.Thread(target=shutil.rmtree, args=(trash,), kwargs={"ignore_errors": True},
+                              name="dedup-drop", daemon=True)
+    thread.start()
+    return thread
+
+
 def _cat(xs: list[np.ndarray]) -> np.ndarray:
     return np.concatenate(xs).astype(np.int64) if xs else np.zeros(0, np.int64)
 
@@ -1019,7 +1044,7 @@ def pairs(w: Work, pool=None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nd
     groups, u, v, mixed = w.exact if w.exact is not None else w.exact_groups()
     order = np.argsort(u, kind="stable")
     # rows < 2^31 (``Work``): int32, half the bytes the stage holds to its end
-    exact = (u[order].astype(np.int32), v[order].astype(np.int32), np.ones(len(u)), np.ones(len(u), bool))
+    exact: tuple[np.ndarray, ...] = (u[order].astype(np.int32), v[order].astype(np.int32), np.ones(len(u)), np.ones(len(u), bool))
     del u, v, order
     if not w.cfg.near:
         return exact[0], exact[1], exact[2], exact[3], groups, mixed
