@@ -41,13 +41,14 @@ taken out first, as datatrove's users run its exact stage before MinHash:
 4. **Judging** (``_pair_job``: ``judge``, in the worker processes, once every band is done). A job takes a run of
    consecutive row ranges from every band's file, so every copy of a pair lands in one job: each distinct pair is
    judged once, at the first band that brings it (its verdict is its own whatever band brings it), and no set of the
-   pairs judged is kept anywhere. Pairs are judged on their whole signatures and features, read back shard by shard
-   for the rows involved only; two rows of one content id are never a near pair (their own exact step pairs them).
+   pairs judged is kept anywhere. Pairs are judged on their whole signatures and features (the judge records), the
+   later rows' read once a job and held, the first rows' read shard by shard so that each shard's pages are mapped
+   once a job; two rows of one content id are never a near pair (their own exact step pairs them).
    A near pair comes back only when it can decide a row (``Work.decides``: it may merge or show a gold conflict),
    so what the caller holds grows with those, not with every collision.
 
-The caller then compares golds, clusters the nodes that have a pair (union-find over them only) and streams the
-shards again to write them out.
+The band files and judge records then go (``drop_pair_inputs``, in a thread), and the caller compares golds,
+clusters the nodes that have a pair (union-find over them only) and streams the shards again to write them out.
 """
 
 from __future__ import annotations
