@@ -132,6 +132,7 @@ def test_judge_gives_each_pair_its_verdict_however_the_first_rows_are_read(tmp_p
         assert all((a == b).all() for a, b in zip(again, (ok, agree, strict), strict=True))
     back = w.judge(u[::-1].copy(), v[::-1].copy())  # later rows out of order: their records found all the same
     assert all((a[::-1] == b).all() for a, b in zip(back, (ok, agree, strict), strict=True))
+    assert [len(x) for x in w.judge(u[:0], v[:0])] == [0, 0, 0]
     w.close()
 
 

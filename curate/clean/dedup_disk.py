@@ -738,6 +738,8 @@ class Work:
         nor show a gold conflict changes no row, and the caller would hold it to the end for nothing (three in
         four of the near pairs on rows without copies)."""
         n, dtype = len(u), record_dtype(self.cfg)
+        if n == 0:
+            return np.zeros(0, bool), np.zeros(0), np.zeros(0, bool)
         size = dtype.itemsize
         at = size - 8 * len(JUDGE_FIELDS)  # the features: 8 bytes each, after the signature
         ur, iu = _sorted_unique(u) if n < 2 or bool((u[1:] >= u[:-1]).all()) else unique_inverse(u)
@@ -778,15 +780,22 @@ class Work:
         f = {k: (fu[:, j], fv[:, j]) if dtype[k] == np.uint64 else (fu[:, j].view(dtype[k]), fv[:, j].view(dtype[k]))
              for j, k in enumerate(JUDGE_FIELDS)}
 
-        def digits(look: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-            """The numbers (strings) of both rows of the pairs ``look``: the few whose counts differ."""
-            got = self.columns(np.r_[u[look], v[look]], ["digits"])["digits"]
-            return got[: len(look)], got[len(look) :]
+        ok, strict = np.empty(n, bool), np.empty(n, bool)
+        for s0 in range(0, n, chunk):  # the rules in chunks: the numbers' strings and golds they read stay small
+            part = slice(s0, s0 + chunk)
+            cu, cv = u[part], v[part]
 
-        (nu, nv), (cnu, cnv) = f["numh"], f["cnt"]
-        ok, strict = judge_near(agree, nu == nv, self.cfg, cnu != cnv, digits, f["draw"], f["year"])
-        ok &= f["idh"][0] != f["idh"][1]  # one content id: the exact step's pair, never a near one
-        ok &= self.decides(u, agree, strict, ok, {k: f[k] for k in ("year", "stmt", "ans")})
+            def digits(look: np.ndarray, cu=cu, cv=cv) -> tuple[np.ndarray, np.ndarray]:
+                """The numbers (strings) of both rows of the pairs ``look``: the few whose counts differ."""
+                got = self.columns(np.r_[cu[look], cv[look]], ["digits"])["digits"]
+                return got[: len(look)], got[len(look) :]
+
+            g = {k: (x[part], y[part]) for k, (x, y) in f.items()}
+            (nu, nv), (cnu, cnv) = g["numh"], g["cnt"]
+            good, st = judge_near(agree[part], nu == nv, self.cfg, cnu != cnv, digits, g["draw"], g["year"])
+            good &= g["idh"][0] != g["idh"][1]  # one content id: the exact step's pair, never a near one
+            good &= self.decides(cu, agree[part], st, good, {k: g[k] for k in ("year", "stmt", "ans")})
+            ok[part], strict[part] = good, st
         return ok, agree, strict
 
     def decides(self, u: np.ndarray, agree: np.ndarray, strict: np.ndarray, near: np.ndarray,
@@ -810,7 +819,7 @@ def _sorted_unique(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return x[new], np.cumsum(new) - 1
 
 
-def drop_pair_inputs(w: Work) -> threading.Thread:
+def drop_pair_inputs(w: Work) -> threading.Thread | None:
     """Once ``pairs`` is done: the band files and the judge records go, deleted in a thread of its own (started here)
     while the caller goes on. Only the feature files are read after the pairs, and deleting a file frees its page
     cache pages, which costs the kernel about 0.3 s a GB (10 GB at 10M rows without copies): at the stage's end it
@@ -818,7 +827,11 @@ def drop_pair_inputs(w: Work) -> threading.Thread:
 
     Each shard's ``done_`` marker goes first and its files are moved into ``dropped/`` before the thread starts, so
     that a run killed after this computes them again, and one started again in this process writes new files that
-    the thread cannot reach."""
+    the thread cannot reach. None when there are no such files (``near`` off)."""
+    if not w.cfg.near:
+        return None
+    for key in [k for k in w._maps if k[0] == "rec"]:  # judged in this process (no pool): its mappings go first
+        del w._maps[key]
     trash = w.folder / "dropped"
     trash.mkdir(exist_ok=True)
     for i in range(len(w.rows)):
@@ -826,7 +839,7 @@ def drop_pair_inputs(w: Work) -> threading.Thread:
         for name in (f"bands_{i:05d}.bin", f"bands_{i:05d}.cuts.npy", f"rec_{i:05d}.npy"):
             try:
                 os.replace(w.folder / name, trash / name)
-            except FileNotFoundError:
+            except OSError:  # gone already, or held open where that forbids a move: the stage's end deletes it
                 pass
     thread = threading.Thread(target=shutil.rmtree, args=(trash,), kwargs={"ignore_errors": True},
                               name="dedup-drop", daemon=True)
