@@ -21,6 +21,9 @@ def test_unique_inverse_by_sort_and_by_marks_give_numpys_answer():
     vals, inv = unique_inverse(np.array([3, 1 << 40, 3]), 1 << 41)
     assert vals.tolist() == [3, 1 << 40] and inv.tolist() == [0, 1, 0]
     assert unique_inverse(np.zeros(0, np.int64), 10)[0].tolist() == []
+    # sorted input (a judge job's rows) is not sorted again, with the same answer
+    vals, inv = unique_inverse(np.array([2, 2, 5, 7, 7, 7], np.int32))
+    assert vals.tolist() == [2, 5, 7] and inv.tolist() == [0, 0, 1, 2, 2, 2] and inv.dtype == np.int64
     # two arrays at once: the places of each among the values of both
     vals, (pu, pv) = marked_places(10, np.array([7, 2, 7]), np.array([0, 9]))
     assert vals.tolist() == [0, 2, 7, 9] and pu.tolist() == [2, 1, 2] and pv.tolist() == [0, 3]

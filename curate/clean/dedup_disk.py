@@ -711,9 +711,11 @@ class Work:
             got = self._maps[(kind, i)] = (mm, obj)
         return got[1]
 
-    def close(self) -> None:
-        """Drop the mapped files (unmapped once no array read from them is left)."""
-        self._maps.clear()
+    def close(self, kind: str | None = None) -> None:
+        """Drop the mapped files, or those of one ``kind`` (``feat``, ``rec``; unmapped once no array read from them
+        is left)."""
+        for key in [k for k in self._maps if kind is None or k[0] == kind]:
+            del self._maps[key]
 
     def _let_go(self, kind: str, i: int) -> None:
         """Let go of the pages of shard ``i``'s mapped file that a read touched (the mapping stays): they count in
@@ -742,8 +744,7 @@ class Work:
             return np.zeros(0, bool), np.zeros(0), np.zeros(0, bool)
         size = dtype.itemsize
         at = size - 8 * len(JUDGE_FIELDS)  # the features: 8 bytes each, after the signature
-        ur, iu = _sorted_unique(u) if n < 2 or bool((u[1:] >= u[:-1]).all()) else unique_inverse(u)
-        iu = iu.astype(np.int64, copy=False)
+        ur, iu = unique_inverse(u)  # in a job, sorted: no sort
         by_v = np.argsort(v)  # any order within one first row: each pair's verdict is its own
         vs = v[by_v]
         shards = [(part.start, part.stop) for _, part in self._by_shard(vs)]  # each shard's first rows in ``vs``
@@ -761,7 +762,7 @@ class Work:
             for a in range(a0, b0, chunk):
                 b = min(a + chunk, b0)
                 sel = by_v[a:b]
-                vr, iv = _sorted_unique(vs[a:b])
+                vr, iv = unique_inverse(vs[a:b])  # sorted: no sort
                 self.records(vr, buf[len(ur) : len(ur) + len(vr)])
                 iv += len(ur)
                 pu = iu[sel]
@@ -811,14 +812,6 @@ class Work:
         return strict | loose | ((au != av) & (su == sv))
 
 
-def _sorted_unique(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The distinct values of sorted ``x`` and each value's place among them (int64), without a sort."""
-    new = np.empty(len(x), bool)
-    new[:1] = True
-    np.not_equal(x[1:], x[:-1], out=new[1:])
-    return x[new], np.cumsum(new) - 1
-
-
 def drop_pair_inputs(w: Work) -> threading.Thread | None:
     """Once ``pairs`` is done: the band files and the judge records go, deleted in a thread of its own (started here)
     while the caller goes on. Only the feature files are read after the pairs, and deleting a file frees its page
@@ -830,8 +823,7 @@ def drop_pair_inputs(w: Work) -> threading.Thread | None:
     the thread cannot reach. None when there are no such files (``near`` off)."""
     if not w.cfg.near:
         return None
-    for key in [k for k in w._maps if k[0] == "rec"]:  # judged in this process (no pool): its mappings go first
-        del w._maps[key]
+    w.close("rec")  # judged in this process (no pool): its mappings go first
     trash = w.folder / "dropped"
     trash.mkdir(exist_ok=True)
     for i in range(len(w.rows)):

@@ -33,11 +33,14 @@ def unique_inverse(x: np.ndarray, bound: int | None = None) -> tuple[np.ndarray,
     if bound is not None and len(x) and bound <= 16 * len(x) + (1 << 16):
         vals, (inv,) = marked_places(bound, x)
         return vals.astype(x.dtype, copy=False), inv
-    order = np.argsort(x)
-    s = x[order]
+    ordered = len(x) < 2 or not (x[1:] < x[:-1]).any()  # sorted already (a sort's output): no sort again
+    order = None if ordered else np.argsort(x)
+    s = x if order is None else x[order]
     new = np.empty(len(s), bool)
     new[:1] = True
     np.not_equal(s[1:], s[:-1], out=new[1:])
+    if order is None:
+        return s[new], np.cumsum(new) - 1
     inv = np.empty(len(x), np.int64)
     inv[order] = np.cumsum(new) - 1
     return s[new], inv
