@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pyarrow as pa
 
-_GRADING_RULE = 5  # bump when extraction or verdict rules change: it is part of every store key and run identity
+_GRADING_RULE = 6  # bump when extraction or verdict rules change: it is part of every store key and run identity
 
 
 def _dist_version(name: str) -> str:
@@ -74,10 +74,63 @@ _JOIN_MAX_CHARS = 80
 # delimiters (several joined by "and", "or" or commas are one answer, as math-verify joins them) or a bare number
 # that ends the sentence. "the final answer for part 2", "the final answer does not depend on $n$" and "the final
 # answer is 1/2" (a bare number that does not end there) leave the box alone.
-_FINAL_ANCHOR = re.compile(r"(?i)\bfinal\s+answer\s*(?:is\b\s*:?|:)\s*")
+_FINAL_ANCHOR = re.compile(r"(?i)\b(?:final\s+)?answer\s*(?:is\b\s*:?|:)\s*")
 _ANCHOR_MATH = re.compile(r"\$\$?([^$]{1,300}?)\$\$?|\\\((.{1,300}?)\\\)|\\\[(.{1,300}?)\\\]", re.S)
 _ANCHOR_SEP = re.compile(r"\s*(?:,\s*(?:and|or)\b|\band\b|\bor\b|,)\s*", re.I)
+_SENTENCE_GOES_ON = re.compile(r"\s*(?!I hope)[A-Za-z]")  # words after the anchored math: not a list of answers
 _ANCHOR_NUMBER = re.compile(r"([-+]?\d(?:[\d,]*\d)?(?:\.\d+)?)(?=\s*\.?\s*(?:$|\n|I hope))")  # not "10!"
+
+
+# Thousands grouped with a LaTeX space or ``{,}`` (``10\\,000``, ``1\\;234\\;567``, ``10{,}000``): math-verify reads
+# ``10\\,000`` as the product 10 * 0 (so a response boxing 0 matched it). The separator is dropped between a digit and
+# a group of exactly three digits; ``3{,}14`` (a decimal comma) is left alone.
+_THOUSANDS = re.compile(r"(?<=\d)(?:\\[,;:! ]|\\thinspace\s*|\{,\})(?=\d{3}(?!\d))")
+# An equation boxed the other way round (``\\boxed{5 = x}``): its value is the side that is not a lone variable.
+_LONE_VAR = r"[A-Za-z](?:_\{?[A-Za-z0-9]{1,3}\}?)?"
+_REVERSED_EQ = re.compile(rf"^\s*(?P<value>[^=]+?)\s*=\s*(?P<var>{_LONE_VAR})\s*$")
+# Words that introduce the answer inside its box (``\\boxed{\\text{The answer is } 7}``), not part of it.
+_BOX_WORDS = re.compile(r"^\s*\\(?:text|textbf|textrm|mathrm|mbox)\{\s*(?:the\s+)?(?:final\s+)?answer"
+                        r"(?:\s+is)?\s*:?\s*\}\s*(?=\S)", re.I)
+# One-variable inequalities, read as the interval they describe (``x < 3`` is ``(-\\infty, 3)``).
+_LESS = {"<": ")", "\\lt": ")", "\\le": "]", "\\leq": "]", "\\leqslant": "]"}
+_MORE = {">": "(", "\\gt": "(", "\\ge": "[", "\\geq": "[", "\\geqslant": "["}
+_CMP = r"(<|>|\\l(?:eqslant|eq|e|t)|\\g(?:eqslant|eq|e|t))(?![a-zA-Z])"
+_ONE_SIDED = re.compile(rf"^\s*{_LONE_VAR}\s*{_CMP}\s*(?P<b>[^<>=]+?)\s*$")
+_TWO_SIDED = re.compile(rf"^\s*(?P<a>[^<>=]+?)\s*{_CMP}\s*{_LONE_VAR}\s*{_CMP}\s*(?P<b>[^<>=]+?)\s*$")
+
+
+def join_thousands(text: str) -> str:
+    """Thousands written with a thin space or ``{,}`` as plain digits (``_THOUSANDS``): gold and prediction alike."""
+    return _THOUSANDS.sub("", text) if ("\\" in text or "{,}" in text) else text
+
+
+def _as_interval(text: str) -> str | None:
+    """``x < 3`` as ``(-\\infty, 3)``, ``2 \\le x < 5`` as ``[2, 5)``; None for anything else."""
+    m = _TWO_SIDED.match(text)
+    if m:
+        lo, hi = m.group(2), m.group(3)
+        if lo in _LESS and hi in _LESS:
+            return f"{'(' if _LESS[lo] == ')' else '['}{m.group('a')}, {m.group('b')}{_LESS[hi]}"
+        return None
+    m = _ONE_SIDED.match(text)
+    if m:
+        op, b = m.group(1), m.group("b")
+        if op in _LESS:
+            return f"(-\\infty, {b}{_LESS[op]}"
+        return f"{_MORE[op]}{b}, \\infty)"
+    return None
+
+
+def clean_box(content: str) -> str:
+    """What a box states as its answer, in the form math-verify reads the way a careful reader does: words that
+    introduce the answer dropped (``\\text{The answer is } 7``), an equation boxed the other way round turned
+    (``5 = x`` is ``x = 5``), a one-variable inequality as its interval."""
+    content = _BOX_WORDS.sub("", content)
+    m = _REVERSED_EQ.match(content)
+    if m and not re.fullmatch(_LONE_VAR, m.group("value").strip()):
+        return f"{m.group('var')} = {m.group('value')}"
+    interval = _as_interval(content)
+    return interval if interval is not None else content
 
 
 def strip_bold(text: str) -> str:
@@ -87,16 +140,19 @@ def strip_bold(text: str) -> str:
 
 def _anchored_answer(body: str) -> str | None:
     """The answer right after a final-answer anchor (see ``_FINAL_ANCHOR``), or None."""
-    parts, pos = [], 0
+    parts, pos, end = [], 0, 0
     while True:
         m = _ANCHOR_MATH.match(body, pos)
         if not m:
             break
         parts.append(next(g for g in m.groups() if g is not None).strip())
+        end = m.end()
         sep = _ANCHOR_SEP.match(body, m.end())
         if not sep or not _ANCHOR_MATH.match(body, sep.end()):
             break
         pos = sep.end()
+    if len(parts) > 1 and _SENTENCE_GOES_ON.match(body, end):
+        parts = parts[:1]  # "is $7$, and $2\cdot 7 = 14$ checks out": the later math is a remark, not the answer
     if parts:
         return ", ".join(p for p in parts if p) or None
     m = _ANCHOR_NUMBER.match(body)
@@ -108,6 +164,8 @@ def _joins(between: str) -> bool:
     if len(between) > _JOIN_MAX_CHARS:
         return False
     rest, seps = _JOIN_LAYOUT.sub(" ", between).strip(), 0
+    if not rest:  # nothing but layout between them (``\boxed{5}\boxed{7}``): one answer in two boxes
+        return True
     pos = 0
     while pos < len(rest):
         m = _JOIN_TOKEN.match(rest, pos)
@@ -138,6 +196,7 @@ def final_span(text: str) -> tuple[list[str], str | None]:
         i -= 1
     boxes: list[str] = []
     for _, _, c in spans[i:]:
+        c = clean_box(c)
         if not boxes or boxes[-1] != c:
             boxes.append(c)
     anchored = None
@@ -147,7 +206,19 @@ def final_span(text: str) -> tuple[list[str], str | None]:
             anchored = _anchored_answer(tail[m.end() :])
             if anchored is not None:
                 break
+    if anchored is not None and _names_the_box(anchored, text[: spans[-1][0]], spans[-1][2]):
+        anchored = None  # "$x = \boxed{7}$. The final answer is $x$": the name of the boxed value, not another answer
     return boxes, anchored
+
+
+def _names_the_box(anchored: str, before: str, box: str) -> bool:
+    """Whether an anchored answer is only the name of the boxed value: a lone variable that the box states
+    (``\\boxed{x = 7}``) or that is set equal to the box (``x = \\boxed{7}``)."""
+    name = anchored.strip()
+    if not re.fullmatch(_LONE_VAR, name):
+        return False
+    ref = re.escape(name)
+    return bool(re.match(rf"\s*{ref}\s*=", box) or re.search(rf"{ref}\s*=\s*(?:\$|\\\(|\\\[)?\s*$", before[-80:]))
 
 
 def extract_prediction(text: str) -> tuple[str, str]:
@@ -215,7 +286,7 @@ def _worker_parse_gold(gold: str, timeout_s: int) -> ParseResult:
     from math_verify.errors import TimeoutException
 
     try:
-        parsed = parse(f"${gold}$", parsing_timeout=timeout_s, raise_on_error=True)
+        parsed = parse(f"${join_thousands(gold)}$", parsing_timeout=timeout_s, raise_on_error=True)
     except TimeoutException:  # subclasses BaseException: caught by name
         return ParseResult(None, "timeout")
     except Exception as e:  # noqa: BLE001 - any parser error means "unparseable", recorded with its type
@@ -256,12 +327,12 @@ def _worker_verify(item: tuple, timeout_s: int) -> ParseResult:
     from math_verify import parse, verify
     from math_verify.errors import TimeoutException
 
-    gold, pred = item[0], item[1]
+    gold, pred = item[0], join_thousands(item[1])
     how = item[2] if len(item) > 2 else "boxed"
     try:
         g = _WORKER_GOLD.get(gold)
         if g is None:
-            g = parse(f"${gold}$", parsing_timeout=timeout_s, raise_on_error=True)
+            g = parse(f"${join_thousands(gold)}$", parsing_timeout=timeout_s, raise_on_error=True)
             if len(_WORKER_GOLD) > 100_000:
                 _WORKER_GOLD.clear()
             _WORKER_GOLD[gold] = g
@@ -297,8 +368,8 @@ def _worker_same(item: tuple, timeout_s: int) -> ParseResult:
     from math_verify.errors import TimeoutException
 
     try:
-        a = parse(f"${item[0]}$", parsing_timeout=timeout_s, raise_on_error=True)
-        b = parse(f"${item[1]}$", parsing_timeout=timeout_s, raise_on_error=True)
+        a = parse(f"${join_thousands(item[0])}$", parsing_timeout=timeout_s, raise_on_error=True)
+        b = parse(f"${join_thousands(item[1])}$", parsing_timeout=timeout_s, raise_on_error=True)
         if not a or not b:
             return ParseResult(False, "unparseable")
         ok = verify(a, b, timeout_seconds=timeout_s, raise_on_error=False) or verify(
