@@ -1,7 +1,9 @@
 """Simulated difficulty estimation: fixed k (Kimi k1.5's k=10) against the sequential rule of
 ``curate.difficulty.adaptive`` at several ``delta``, with four priors, on true pass rates drawn from stated shapes
 and from real scored runs. For each rule: samples per problem, bucket accuracy against the true bucket and against a
-k=64 reference run, and the expected calibration error (ECE) of the posterior mass the rule gave its bucket.
+k=64 reference run, and the expected calibration error (ECE) of the posterior mass the rule gave its bucket. For the
+Jeffreys rule, also the accuracy of the bucket users receive: the one ``gradus export`` gives the stored rows (the
+estimator's decided bucket), beside what bucketing them by their counts would give.
 
     python benchmarks/adaptive.py --real runs/demo/stages/5_difficulty --json benchmarks/results/adaptive_sim.json
 
@@ -51,6 +53,22 @@ SHAPES = {
 # jeffreys: today's rule; fitted: the empirical-Bayes prior of the run's own first rounds, cross-fitted; store: the
 # prior fitted on the store's fixed-k rows of other problems; oracle: the rule with the population as its prior
 FAMILIES = ("jeffreys", "fitted", "store", "oracle")
+
+
+def exported(c: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """The bucket ``gradus export`` gives rows stored with ``c`` of ``n`` correct and their Jeffreys bucket masses (as
+    the estimator stores them), as indices into BUCKETS: through the export's own ``assign_buckets``."""
+    import pyarrow as pa
+
+    from curate.difficulty.adaptive import masses
+    from curate.select.curriculum import assign_buckets
+
+    pairs = sorted(set(zip(c.tolist(), n.tolist(), strict=True)))
+    t = pa.table({"n_correct": [x for x, _ in pairs], "n_graded": [y for _, y in pairs], "k": [y for _, y in pairs],
+                  "pass_rate": [x / y for x, y in pairs], "id": [str(i) for i in range(len(pairs))],
+                  "bucket_masses": [masses(x, y) for x, y in pairs]})
+    index = {pair: BUCKETS.index(b) for pair, b in zip(pairs, assign_buckets(t).to_pylist(), strict=True)}
+    return np.array([index[pair] for pair in zip(c.tolist(), n.tolist(), strict=True)])
 
 
 def fixed(p: np.ndarray, k: int, rng, edges) -> tuple[np.ndarray, float]:
@@ -145,10 +163,15 @@ def main() -> None:
         for family, priors in (("jeffreys", None), ("fitted", fitted), ("store", stored), ("oracle", oracle)):
             for dl in deltas:
                 cfg = AdaptiveConfig(adaptive=True, delta=dl, k_max=a.k_max)
-                got, used, conf = adaptive(p, cfg, rng, priors, fold, u)
-                rows.append({"rule": f"{family} delta={dl}", "family": family, "samples": used,
-                             "accuracy": float((got == truth).mean()), "vs_k64": float((got == ref).mean()),
-                             "ece": calibration_error(conf, got == truth)})
+                got, used, conf, (c, n) = adaptive(p, cfg, rng, priors, fold, u, counts=True)
+                row = {"rule": f"{family} delta={dl}", "family": family, "samples": used,
+                       "accuracy": float((got == truth).mean()), "vs_k64": float((got == ref).mean()),
+                       "ece": calibration_error(conf, got == truth)}
+                if family == "jeffreys":  # what a user receives: the bucket an export gives the stored row
+                    row["exported_accuracy"] = float((exported(c, n) == truth).mean())
+                    by_counts = np.array([BUCKETS.index(observed_bucket(int(x), int(y), edges)) for x, y in zip(c, n)])
+                    row["by_counts_accuracy"] = float((by_counts == truth).mean())  # how exports bucketed them before
+                rows.append(row)
         fam = {f: [r for r in rows if r["family"] == f] for f in FAMILIES}
         k10 = next(r for r in rows if r["rule"] == "fixed k=10")
         j04 = next(r for r in fam["jeffreys"] if r["rule"] == "jeffreys delta=0.4")
@@ -166,7 +189,9 @@ def main() -> None:
         results[name] = {"rows": rows, "summary": summary}
         for r in rows:
             ece = f"{r['ece']:.3f}" if r["ece"] is not None else ""
-            print(f"{name[:40]:<40} {r['rule']:<28} {r['samples']:>8.2f} {r['accuracy']:>9.3f} {r['vs_k64']:>8.3f} {ece:>6}")
+            exp = (f"  exported {r['exported_accuracy']:.3f} (by counts {r['by_counts_accuracy']:.3f})"
+                   if "exported_accuracy" in r else "")
+            print(f"{name[:40]:<40} {r['rule']:<28} {r['samples']:>8.2f} {r['accuracy']:>9.3f} {r['vs_k64']:>8.3f} {ece:>6}{exp}")
         par = {f: (f"{v:.2f}" if v is not None else "never") for f, v in summary["samples_to_parity"].items()}
         closed = {f: (f"{v:.0%}" if v is not None else "no gap") for f, v in summary["gap_closed"].items()}
         print(f"  at {budget:.2f} samples (Jeffreys delta 0.4): " + ", ".join(f"{f} {v:.3f}" for f, v in acc.items())

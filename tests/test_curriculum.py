@@ -161,3 +161,16 @@ def test_include_ends_keeps_the_ends():
     # a custom target must give the ends a weight itself
     with pytest.raises(SelectionError, match="give the ends a weight"):
         select(t, None, Target.parse("hard=1,easy=1", BucketSpec()), include_ends=True)
+
+
+def test_adaptive_rows_are_bucketed_as_their_estimate_decided():
+    """1 correct of 12 (or 16) is "hard" by its counts, but the posterior's largest mass is "unsolved" (0.52 and 0.655
+    under the Jeffreys prior): exports and the trainer read the bucket the estimator decided."""
+    from curate.difficulty.adaptive import masses
+    from curate.select.curriculum import assign_buckets, decided_bucket
+
+    t = pa.table({"id": ["a", "b", "c", "d"], "n_correct": [1, 1, 3, 1], "n_graded": [12, 16, 10, 12],
+                  "k": [12, 16, 10, 12], "pass_rate": [1 / 12, 1 / 16, 0.3, 1 / 12],
+                  "bucket_masses": [masses(1, 12), masses(1, 16), masses(3, 10), None]})
+    assert assign_buckets(t).to_pylist() == ["unsolved", "unsolved", "hard", "hard"]  # a fixed-k row: by its counts
+    assert decided_bucket(masses(1, 12), BucketSpec.parse("hard=0.5,easy=1")) is None  # other buckets: the counts

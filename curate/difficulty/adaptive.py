@@ -269,8 +269,9 @@ def rule_tables(cfg: AdaptiveConfig, prior=None):
     return stop, bucket, conf
 
 
-def simulate_rule(p, cfg: AdaptiveConfig, rng, priors=None, fold=None, u=None):
-    """(buckets given, mean samples, the mass each bucket was given) of the sequential rule on true rates ``p``.
+def simulate_rule(p, cfg: AdaptiveConfig, rng, priors=None, fold=None, u=None, counts: bool = False):
+    """(buckets given, mean samples, the mass each bucket was given) of the sequential rule on true rates ``p``; with
+    ``counts``, each problem's (correct, samples) at its stop as well.
 
     ``priors``: Jeffreys (None), one prior for every problem, or one per fold (``fold``: each problem's fold, its
     prior fitted on the other folds). ``u``: the uniforms that decide each sample (the i-th sample of problem j is
@@ -284,6 +285,7 @@ def simulate_rule(p, cfg: AdaptiveConfig, rng, priors=None, fold=None, u=None):
     else:
         groups = {f: (np.flatnonzero(fold == f), rule_tables(cfg, w)) for f, w in priors.items()}
     out, used, conf = np.empty(len(p), int), np.empty(len(p), int), np.empty(len(p))
+    got = np.empty(len(p), int)
     for idx, (stop, bucket, mass) in groups.values():
         n = np.full(len(idx), cfg.k_first)
         live = np.ones(len(idx), bool)
@@ -291,8 +293,11 @@ def simulate_rule(p, cfg: AdaptiveConfig, rng, priors=None, fold=None, u=None):
             c = hits[idx, n]
             done = live & stop[c, n]
             out[idx[done]], conf[idx[done]], used[idx[done]] = bucket[c[done], n[done]], mass[c[done], n[done]], n[done]
+            got[idx[done]] = c[done]
             live &= ~done
             n = np.where(live, np.minimum(n + cfg.k_step, cfg.k_max), n)
+    if counts:
+        return out, float(used.mean()), conf, (got, used)
     return out, float(used.mean()), conf
 
 

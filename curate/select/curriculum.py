@@ -137,12 +137,24 @@ def bucket_of(n_correct: int, n_graded: int, spec: BucketSpec = BucketSpec(), k:
     return spec.edges[-1][0]
 
 
+def decided_bucket(masses: list[float] | None, spec: BucketSpec = BucketSpec()) -> str | None:
+    """The bucket an adaptive estimate decided: the one of largest posterior mass (``curate.difficulty.adaptive``), where
+    the buckets are the estimator's (the default spec); None for a fixed-k row (no masses) or another spec."""
+    from curate.difficulty.adaptive import BUCKETS
+
+    if not masses or spec != BucketSpec() or len(masses) != len(BUCKETS):
+        return None
+    return BUCKETS[max(range(len(masses)), key=masses.__getitem__)]
+
+
 def assign_buckets(table: pa.Table, spec: BucketSpec = BucketSpec()) -> pa.Array:
+    """Each row's bucket: the one its adaptive estimate decided (``decided_bucket``), else from its counts."""
     check_scored(table)
     ks = table["k"].to_pylist() if "k" in table.column_names else [None] * table.num_rows
-    return pa.array([bucket_of(c, g, spec, k) for c, g, k in zip(table["n_correct"].to_pylist(),
-                                                                   table["n_graded"].to_pylist(), ks, strict=True)],
-                    pa.string())
+    masses = table["bucket_masses"].to_pylist() if "bucket_masses" in table.column_names else [None] * table.num_rows
+    return pa.array([decided_bucket(m, spec) or bucket_of(c, g, spec, k)
+                     for c, g, k, m in zip(table["n_correct"].to_pylist(), table["n_graded"].to_pylist(), ks, masses,
+                                           strict=True)], pa.string())
 
 
 def incompletely_graded(table: pa.Table) -> pa.Array:
