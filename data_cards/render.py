@@ -253,6 +253,19 @@ def _cell(v: Any) -> str:
     return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
+def reliability_sentence(rel: dict, prior: str) -> str:
+    """What the card says of a run's reliability check (``curate.difficulty.adaptive.reliability_check``): whatever the
+    prior, an expected calibration error above 0.05 means the stored masses are not probabilities."""
+    return (f"Can the stored `bucket_masses` be read as probabilities? On a model of this run "
+            f"({rel['problems']:,} problems drawn from the population fitted to its {rel['fitted_on_rows']:,} "
+            f"rows' counts, through its stopping rule and its {prior} prior), the bucket chosen is the true "
+            f"one for {rel['accuracy']:.1%} of problems, and the mass it was given is off by {rel['ece']} "
+            "on average (expected calibration error; plot `reliability.png`)"
+            + ((": they are masses, not probabilities" + ("; `--prior store` calibrates them." if prior == "jeffreys"
+                                                           else "."))
+               if rel["ece"] > 0.05 else "."))
+
+
 def use_it(fmt: str, template: str) -> str:
     """Which trainer reads an export of ``fmt``, and how."""
     loader = {"parquet": "parquet", "jsonl": "json", "hf": "arrow", "trl": "parquet", "verl": "parquet",
@@ -416,14 +429,7 @@ def render_body(card: dict, plots: list[str], with_data: bool = True) -> str:
                         if seq.get("ends") else "") + ".\n")
             rel = seq.get("reliability")
             if rel and "ece" in rel:
-                prior = (seq.get("prior") or {}).get("kind", "jeffreys")
-                p.append(f"Can the stored `bucket_masses` be read as probabilities? On a model of this run "
-                         f"({rel['problems']:,} problems drawn from the population fitted to its {rel['fitted_on_rows']:,} "
-                         f"rows' counts, through its stopping rule and its {prior} prior), the bucket chosen is the true "
-                         f"one for {rel['accuracy']:.1%} of problems, and the mass it was given is off by {rel['ece']} "
-                         "on average (expected calibration error; plot `reliability.png`)"
-                         + (": under the Jeffreys prior they are masses, not probabilities; `--prior store` calibrates "
-                            "them." if prior == "jeffreys" and rel["ece"] > 0.05 else ".") + "\n")
+                p.append(reliability_sentence(rel, (seq.get("prior") or {}).get("kind", "jeffreys")) + "\n")
         sus = d.get("suspect_gold") or {}
         chk = sus.get("check") or {}
         caught = ""

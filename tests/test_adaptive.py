@@ -256,7 +256,8 @@ def test_adaptive_estimation_with_the_store_prior(tmp_path):
     estimate([tmp_path / "seen"], tmp_path / "fixed", fixed_cfg, sampler=ScriptedSampler(fixed_cfg.sampling, rule),
              progress=False)
     new = tmp_path / "new.jsonl"
-    new.write_text('{"problem": "Problem never0: compute 0", "answer": "0"}\n'
+    # "Problem never0" again, its gold written another way: still its own problem, left out of the prior
+    new.write_text('{"problem": "Problem never0: compute 0", "answer": "0.0"}\n'
                    '{"problem": "Problem never1000: compute 1000", "answer": "1000"}\n')
     ingest(str(new), tmp_path / "new", adapter="generic")
     for prior, want_k in (("store", 4), ("jeffreys", 16)):
@@ -303,3 +304,20 @@ def test_an_adaptive_round_that_times_out_is_graded_again_before_the_rule_sees_i
     assert row["n_correct"] == row["k"] and row["outcomes"] == ["correct"] * row["k"]
     assert row["bucket_masses"] == pytest.approx(list(decide(row["k"], row["k"], cfg.sequential).masses), abs=1e-6)
     assert m.stats["this_run"]["grading"]["regraded"] >= 1
+
+
+def test_resample_ends_is_part_of_the_simulated_rule_and_the_card_says_when_masses_are_not_probabilities():
+    from curate.difficulty.adaptive import AdaptiveConfig, decide, rule_tables
+    from data_cards.render import reliability_sentence
+
+    cfg = AdaptiveConfig(adaptive=True, delta=0.4, resample_ends=True)
+    plain = AdaptiveConfig(adaptive=True, delta=0.4)
+    assert decide(0, 8, cfg).stop  # 0 of 8: decided unsolved ...
+    stop, _, _ = rule_tables(cfg)
+    stop_plain, _, _ = rule_tables(plain)
+    assert stop_plain[0, 8] and not stop[0, 8]  # ... but resample_ends draws on until a success or k_max
+    assert stop[0, cfg.k_max] and stop[1, 8] == stop_plain[1, 8]  # k_max ends it; off the end the rule is the same
+    rel = {"problems": 20000, "fitted_on_rows": 300, "accuracy": 0.7, "ece": 0.08}
+    assert "masses, not probabilities; `--prior store`" in reliability_sentence(rel, "jeffreys")
+    assert reliability_sentence(rel, "store").endswith("they are masses, not probabilities.")
+    assert "not probabilities" not in reliability_sentence({**rel, "ece": 0.03}, "store")

@@ -255,7 +255,8 @@ def true_bucket(p, edges: tuple[float, ...] = EDGES):
 
 
 def rule_tables(cfg: AdaptiveConfig, prior=None):
-    """For every (correct, n) the rule can see: stop?, the bucket given (its index), and the mass it was given."""
+    """For every (correct, n) the rule can see: stop?, the bucket given (its index), and the mass it was given. The rule
+    is memoryless, ``resample_ends`` included: a decided problem with no sample off its end draws on (``next_round``)."""
     import numpy as np
 
     stop = np.zeros((cfg.k_max + 1, cfg.k_max + 1), bool)
@@ -264,7 +265,7 @@ def rule_tables(cfg: AdaptiveConfig, prior=None):
     for n in range(cfg.k_first, cfg.k_max + 1):
         for c in range(n + 1):
             dec = decide(c, n, cfg, prior)
-            stop[c, n], bucket[c, n] = dec.stop, BUCKETS.index(dec.bucket)
+            stop[c, n], bucket[c, n] = dec.stop and not resample_more(c, n, cfg), BUCKETS.index(dec.bucket)
             conf[c, n] = max(dec.masses)
     return stop, bucket, conf
 

@@ -543,8 +543,7 @@ class Estimator:
                 rec = json.loads(path.read_text())
             else:
                 root = self._store_root()
-                own = {row_key(p, a) for t in chunks
-                       for p, a in zip(t["problem"].to_pylist(), t["answer"].to_pylist(), strict=True)}
+                own = {i for t in chunks for i in t["id"].to_pylist()}  # the problems, whatever their golds say
                 if root is None:
                     rec = {"kind": "jeffreys", "rows": 0, "note": "no difficulty store (--no-store): Jeffreys"}
                 elif identity.get("revision") == "unresolved":
@@ -830,8 +829,7 @@ class Estimator:
                 weights = rec.get("weights")
             out["prior"] = self.info.prior or {"kind": "jeffreys"}
             # the stored masses read as probabilities? on a model of the run's own problems (adaptive.reliability_check)
-            out["reliability"] = (reliability_check(t["n_correct"].to_pylist(), ks, seq, weights) if not seq.resample_ends
-                                  else {"skipped": "resample_ends: the check simulates the stopping rule without it"})
+            out["reliability"] = reliability_check(t["n_correct"].to_pylist(), ks, seq, weights)
         if seq.resample_ends:
             out["ends"] = _ends_report(t["correct"].to_pylist(), seq.k_first if seq.adaptive else self.cfg.sampling.k)
         return out
@@ -918,8 +916,9 @@ SAME_ESTIMATOR = ("model", "revision", "template", "template_fingerprint", "temp
 
 def fit_store_prior(root: Path, identity: dict, exclude: set[str]) -> dict:
     """The empirical-Bayes prior of a run (``curate.difficulty.adaptive.fit_prior``) from the difficulty store: every
-    stored row of another problem (``row_key`` not in ``exclude``, the run's own rows: out of sample) scored by the
-    same estimator (``SAME_ESTIMATOR``), one per problem (the one with the most samples). Fewer than
+    stored row of another problem (its ``id``, the hash of the normalized problem text, not in ``exclude``, the run's
+    own problems: out of sample, whatever gold they were graded against) scored by the same estimator
+    (``SAME_ESTIMATOR``), one per problem (the one with the most samples). Fewer than
     ``MIN_PRIOR_ROWS``: Jeffreys, with a note saying so."""
     best: dict[str, tuple[int, int]] = {}
     folders = []
@@ -929,11 +928,11 @@ def fit_store_prior(root: Path, identity: dict, exclude: set[str]) -> dict:
             continue
         used = 0
         for p in shard_paths(ident.parent):
-            cols = ["row_key", "n_correct", "k"]
+            cols = ["id", "n_correct", "k"]
             if not set(cols) <= set(pq.read_schema(p).names):
                 continue
             t = pq.read_table(p, columns=cols)  # only what the fit reads (a segment holds every scored column)
-            for key, c, k in zip(t["row_key"].to_pylist(), t["n_correct"].to_pylist(), t["k"].to_pylist(), strict=True):
+            for key, c, k in zip(t["id"].to_pylist(), t["n_correct"].to_pylist(), t["k"].to_pylist(), strict=True):
                 if key in exclude or c is None or not k:
                     continue
                 used += 1
