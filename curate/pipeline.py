@@ -199,7 +199,7 @@ def ingest(
 
     def _ingest_batches(run: StageRun, batches, pool) -> None:
         chosen = None
-        prefix = row_id_prefix(spec) if fmt != "synthetic" else None
+        prefix = row_id_prefix(spec) if fmt not in ("synthetic", "reasoning_gym") else None
 
         def jobs():
             nonlocal chosen
@@ -207,7 +207,8 @@ def ingest(
                 if chosen is None:
                     chosen = mapped or (ADAPTERS[adapter] if adapter else None)
                     if chosen is None:
-                        chosen = ADAPTERS["synthetic"] if fmt == "synthetic" else detect_adapter(raw)
+                        generated = fmt in ("synthetic", "reasoning_gym")  # the generators' own columns
+                        chosen = ADAPTERS[fmt] if generated else detect_adapter(raw)
                     run.extra["adapter"] = chosen.name
                 yield (mapping if mapped else chosen.name, raw, prefix, source_name, spec)
 

@@ -154,8 +154,8 @@ def from_dict(cls, data: dict, where: str = "config", base_dir: Path | None = No
 def _rebase(v: str, base: Path) -> str:
     """A relative local path in a config file means relative to that file. Only what names a file there (or
     starts with ./ or ../) is rebased: hub ids (``owner/name``, ``gsm8k``), known benchmark names (``aime24``)
-    and generator specs (``synthetic:...``) are names, not paths. ``NAME=PATH`` rebases its PATH."""
-    if v == "synthetic" or v.startswith(("synthetic:", "hf:")):
+    and generator specs (``synthetic:...``, ``reasoning_gym:...``) are names, not paths. ``NAME=PATH`` rebases its PATH."""
+    if v == "synthetic" or v.startswith(("synthetic:", "hf:", "reasoning_gym:")):
         return v
     name, eq, rest = v.partition("=")
     if eq and "/" not in name:

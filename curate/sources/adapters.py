@@ -278,6 +278,9 @@ ADAPTERS: dict[str, Adapter] = {
     a.name: a
     for a in [
         Adapter("synthetic", frozenset({"id", "problem", "answer", "subject", "level", "question_type"}), _synthetic),
+        # the reasoning_gym: source's rows (curate.sources.reasoning_gym), in the generator's columns; never detected
+        Adapter("reasoning_gym", frozenset({"id", "problem", "answer", "subject", "level", "question_type"}), _synthetic,
+                accept=lambda t: False),
         Adapter("aime", frozenset({"ID", "Year", "Problem Number", "Question", "Answer"}), _aime_kaggle, "Question"),
         Adapter("numina_1.5", frozenset({"problem", "solution", "answer", "problem_type", "question_type"}), _numina_15),
         Adapter("numina_cot", frozenset({"source", "problem", "solution", "messages"}), _numina_cot),

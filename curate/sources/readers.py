@@ -30,7 +30,8 @@ import pyarrow.parquet as pq
 from curate.core.errors import SourceError
 from curate.sources.rows import BATCH_ROWS, rows_to_table
 
-FORMATS = ("jsonl", "json", "csv", "parquet", "arrow", "hf", "synthetic")  # arrow: a datasets.save_to_disk folder
+# arrow: a datasets.save_to_disk folder; synthetic and reasoning_gym: generators
+FORMATS = ("jsonl", "json", "csv", "parquet", "arrow", "hf", "synthetic", "reasoning_gym")
 SUFFIXES = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
 GLOB = set("*?[")
 
@@ -84,6 +85,8 @@ def source_files(spec: str) -> list[Path]:
 def detect_format(spec: str) -> str:
     if spec == "synthetic" or spec.startswith("synthetic:"):
         return "synthetic"
+    if spec.startswith("reasoning_gym:"):
+        return "reasoning_gym"
     p = Path(spec)
     if GLOB & set(spec) or p.is_dir():
         if p.is_dir() and is_saved_dataset(p):
@@ -332,7 +335,7 @@ def _one_file(path: Path, fmt: str, slow: bool) -> Iterator[pa.Table]:
 
 def read_source(spec: str, fmt: str | None = None, slow: bool = False, pinned=None) -> Iterator[pa.Table]:
     """Stream raw string batches from ``spec`` (a file, a folder of shards, a glob, a ``save_to_disk`` folder, a hub id,
-    or ``synthetic[:key=val,...]``).
+    ``synthetic[:key=val,...]`` or ``reasoning_gym:task=NAME,...``).
 
     JSONL and CSV go through arrow's streaming readers unless ``slow``; when those fail part way they
     raise ``FastPathFailed`` and the caller (``curate.ingest``) discards its partial output and reads the
@@ -347,6 +350,11 @@ def read_source(spec: str, fmt: str | None = None, slow: bool = False, pinned=No
         from curate.sources.synthetic import synthetic_batches
 
         yield from synthetic_batches(spec)
+        return
+    if fmt == "reasoning_gym":
+        from curate.sources.reasoning_gym import reasoning_gym_batches
+
+        yield from reasoning_gym_batches(spec)
         return
     if fmt == "hf":  # pinned: the commit to read (``curate.sources.hub.Pinned``; resolved here when None)
         yield from _hub(spec, pinned, slow)
