@@ -369,6 +369,11 @@ def cmd_show(a: argparse.Namespace) -> None:
     if not d.is_dir():
         raise FileNotFoundError(f"{d}: no such folder")
     if not (d / MANIFEST).exists():
+        if (d / "metrics.jsonl").exists() and (d / "config.json").exists():  # a training run
+            from rl_stage.online import summary_lines
+
+            print("\n".join(summary_lines(d)))
+            return
         _show_run(d, stage_outputs(d))
         return
     m = Manifest.load(d)
@@ -527,7 +532,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     s.add_argument("source", help="a file (jsonl/json/csv/parquet), a folder of shards, a quoted glob, a datasets "
                    "save_to_disk folder, a hub id (owner/name[:config][@split]) or synthetic[:n=..]")
     s.add_argument("--out", required=True)
-    s.add_argument("--format", choices=["jsonl", "json", "csv", "parquet", "arrow", "hf", "synthetic"])
+    s.add_argument("--format", choices=["jsonl", "json", "csv", "parquet", "arrow", "hf", "synthetic", "reasoning_gym"])
     s.add_argument("--revision", help="hub sources: the commit, branch or tag to read (default: main's commit now)")
     s.add_argument("--adapter", help="force a source adapter (default: detected from the columns)")
     s.add_argument("--mapping", "--map", help="column mapping, e.g. problem=question,answer=final or answer=boxed(solution)")

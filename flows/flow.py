@@ -257,6 +257,19 @@ def _train(export: str, root: str, cfg: TrainConfig) -> dict:
             "checkpoint": str(done.parent)}
 
 
+def train_artifact(run: Path, inline_limit: int = 400_000) -> str:
+    """A training run's page in the Prefect UI: what ``gradus show`` prints for it, and its plot inline."""
+    import base64
+
+    from rl_stage.online import summary_lines
+
+    text = "```\n" + "\n".join(summary_lines(run)) + "\n```\n"
+    plot = Path(run) / "plots" / "training.png"
+    if plot.is_file() and plot.stat().st_size <= inline_limit:
+        text += f"\n![training](data:image/png;base64,{base64.b64encode(plot.read_bytes()).decode()})\n"
+    return text
+
+
 def _card(stages: Path, run: Path, previous: Path | None, missing: list[dict], failed: dict[str, str],
           ran: list[str | Path], name: str | None = None) -> dict:
     """The run's card over the stage folders this run produced (``ran``), with what could not be read or made named
@@ -531,6 +544,9 @@ def _pipeline(cfg: FlowConfig, tasks: dict, root: Path, run: Path, info: dict, p
                     summary["train"] = tasks["train"].submit(str(stages / "6_export"), str(stages / "7_train"),
                                                              cfg.train).result()
                     log.info("train: %s", summary["train"]["last"])
+                    create_markdown_artifact(train_artifact(Path(summary["train"]["folder"])),
+                                             key=artifact_key(root, "train"),
+                                             description=f"the training run on the export of run {run.name}")
     summary["seconds"] = round(time.monotonic() - t0, 2)
     summary["all_skipped"] = all(r.get("skipped") for r in ingested) and all(
         r.get("skipped") for r in summary["stages"].values()) and not summary["failed_stages"]

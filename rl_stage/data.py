@@ -32,7 +32,7 @@ import pyarrow.parquet as pq
 from curate.core.errors import GradusError
 from curate.core.manifest import Manifest
 
-COLUMNS = ["id", "problem", "answer", "pass_rate", "n_correct", "n_graded", "k"]
+COLUMNS = ["id", "problem", "answer", "pass_rate", "n_correct", "n_graded", "k", "bucket", "bucket_masses"]
 
 
 class DataError(GradusError):
@@ -44,6 +44,10 @@ class Prompt:
     id: str
     problem: str
     answer: str
+    index: int = -1  # the row's place in its sampler's pool (-1: not drawn from a pool)
+    bucket: str | None = None  # the row's offline difficulty bucket (None: not scored)
+    prior: float | None = None  # the offline pass rate (None: not scored)
+    expected: float | None = None  # the sampler's expected pass rate when it drew the prompt
 
 
 def find_stages(paths: Sequence[str | Path]) -> list[tuple[str, list[Path]]]:
@@ -70,8 +74,13 @@ def find_stages(paths: Sequence[str | Path]) -> list[tuple[str, list[Path]]]:
     return stages
 
 
-def _load(files: list[Path]) -> dict:
-    rows: dict[str, list] = {"id": [], "problem": [], "answer": [], "s_correct": [], "s_total": []}
+def load_rows(files: list[Path]) -> dict:
+    """Columns of the prompts in ``files``: id, problem, answer, the offline counts ``n_correct`` of ``k`` (0 of 0
+    for rows without an estimate; ``k`` falls back to ``n_graded``: every sample counts, timeouts fail) and the
+    offline ``bucket`` (the export's, else from the counts; None without an estimate)."""
+    from curate.select.curriculum import bucket_of, decided_bucket
+
+    rows: dict[str, list] = {"id": [], "problem": [], "answer": [], "n_correct": [], "k": [], "bucket": []}
     for f in files:
         pf = pq.ParquetFile(f)
         names = pf.schema_arrow.names
@@ -81,6 +90,7 @@ def _load(files: list[Path]) -> dict:
         cols = [c for c in COLUMNS if c in names]
         for rb in pf.iter_batches(columns=cols, batch_size=8192):
             d = rb.to_pydict()
+            none = [None] * rb.num_rows
             for i in range(rb.num_rows):
                 ans = d["answer"][i]
                 if ans is None or not str(ans).strip():
@@ -88,13 +98,23 @@ def _load(files: list[Path]) -> dict:
                 rows["id"].append(d["id"][i])
                 rows["problem"].append(d["problem"][i])
                 rows["answer"].append(str(ans))
-                nc = d.get("n_correct", [None] * rb.num_rows)[i]
-                ng = d.get("n_graded", [None] * rb.num_rows)[i]
-                k = d.get("k", [None] * rb.num_rows)[i]
-                rows["s_correct"].append(float(nc or 0))
-                rows["s_total"].append(float((k if k is not None else ng) or 0))  # every sample counts (timeouts fail)
+                nc, ng, k = d.get("n_correct", none)[i], d.get("n_graded", none)[i], d.get("k", none)[i]
+                total = (k if k is not None else ng) or 0
+                rows["n_correct"].append(int(nc or 0) if total else 0)
+                rows["k"].append(int(total))
+                bucket = d.get("bucket", none)[i] or decided_bucket(d.get("bucket_masses", none)[i])
+                if bucket is None and nc is not None and ng is not None:
+                    bucket = bucket_of(int(nc), int(ng), k=k)
+                rows["bucket"].append(bucket)
     if not rows["id"]:
         raise DataError(f"{[str(f) for f in files]}: no rows")
+    return rows
+
+
+def _load(files: list[Path]) -> dict:
+    rows = load_rows(files)
+    rows["s_correct"] = [float(x) for x in rows["n_correct"]]
+    rows["s_total"] = [float(x) for x in rows["k"]]
     return rows
 
 
@@ -160,10 +180,13 @@ class CurriculumSampler:
     MODES = ("weighted", "epoch")
 
     def __init__(self, paths: Sequence[str | Path], seed: int = 0, stage_steps: int | None = None,
-                 advance_at: float | None = None, prioritized: bool = True, floor: float = 0.05, mode: str = "weighted"):
+                 advance_at: float | None = None, prioritized: bool = True, floor: float = 0.05, mode: str = "weighted",
+                 one_pool: bool = False):
         if mode not in self.MODES:
             raise DataError(f"curriculum sampling mode must be one of {', '.join(self.MODES)}, not {mode!r}")
         self.stages = find_stages(paths)
+        if one_pool:  # every stage's rows in one pool (no curriculum)
+            self.stages = [("pool", [f for _, fs in self.stages for f in fs])]
         self.seed, self.stage_steps, self.advance_at = seed, stage_steps, advance_at
         self.prioritized, self.floor, self.mode = prioritized, floor, mode
         self.stage = 0
@@ -195,13 +218,17 @@ class CurriculumSampler:
         s = np.where(t > 0, c / np.maximum(t, 1), 0.0)
         return np.maximum(self.floor, 1.0 - s)
 
-    def sample(self, n: int) -> list[Prompt]:
-        """``n`` distinct prompts of the current stage (all of them, once each, when the stage is smaller)."""
+    def sample(self, n: int, need: int | None = None) -> list[Prompt]:
+        """``n`` distinct prompts of the current stage (all of them, once each, when the stage is smaller); ``need``
+        is not used: every round is a whole batch, as verl's dynamic sampling draws it."""
         if self.mode == "weighted":
             chosen = systematic_pps(self.weights(list(range(self.size))), n, self.rng).tolist()
         else:
             chosen = self._epoch_draw(min(n, self.size))
-        return [Prompt(self.rows["id"][i], self.rows["problem"][i], self.rows["answer"][i]) for i in chosen]
+        r = self.rows
+        return [Prompt(r["id"][i], r["problem"][i], r["answer"][i], index=i, bucket=r["bucket"][i],
+                       prior=r["n_correct"][i] / r["k"][i] if r["k"][i] else None,
+                       expected=r["s_correct"][i] / r["s_total"][i] if r["s_total"][i] else None) for i in chosen]
 
     def _epoch_draw(self, n: int) -> list[int]:
         """Without replacement inside an epoch, weighted order; a batch that crosses into the next epoch takes
@@ -221,13 +248,20 @@ class CurriculumSampler:
             chosen += new
         return chosen
 
+    def observe(self, results: Sequence[tuple[int, int, int]]) -> None:
+        """One round of graded groups, ``(row index, n_correct, n_graded)`` each (``update`` by index)."""
+        for i, c, n in results:
+            self.rows["s_correct"][i] += c
+            self.rows["s_total"][i] += n
+            self.recent = (self.recent + [c / max(1, n)])[-64:]
+
     def update(self, pid: str, n_correct: int, n_total: int) -> None:
+        """One graded group of the prompt with id ``pid`` (an id outside the stage counts toward ``advance_at`` only)."""
         i = self.index.get(pid)
-        if i is not None:
-            self.rows["s_correct"][i] += n_correct
-            self.rows["s_total"][i] += n_total
-        self.recent.append(n_correct / max(1, n_total))
-        self.recent = self.recent[-64:]
+        if i is None:
+            self.recent = (self.recent + [n_correct / max(1, n_total)])[-64:]
+        else:
+            self.observe([(i, n_correct, n_total)])
 
     def end_step(self) -> bool:
         """Count a training step; move to the next stage when this one is done. True when the stage changed."""
@@ -259,3 +293,32 @@ class CurriculumSampler:
         self.rng.bit_generator.state = st["rng"]
         self.rows["s_correct"] = list(st["s_correct"])
         self.rows["s_total"] = list(st["s_total"])
+
+
+def scored_template(paths: Sequence[str | Path]) -> str | None:
+    """The prompt template the rows of ``paths`` were scored with: the export's ``difficulty_template`` column, or a
+    scored shard's ``template``; the most common one where they differ (logged); None when nothing records one."""
+    import logging
+    from collections import Counter
+
+    import pyarrow.compute as pc
+
+    seen: Counter = Counter()
+    for _, files in find_stages(paths):
+        for f in files:
+            names = pq.ParquetFile(f).schema_arrow.names
+            col = "difficulty_template" if "difficulty_template" in names else None
+            if col is None and "template" in names and "messages" not in names:  # a scored shard, not an export
+                col = "template"
+            if col is None:
+                continue
+            counts = pc.value_counts(pq.read_table(f, columns=[col])[col].combine_chunks())
+            for v in counts.to_pylist():
+                if v["values"] is not None:
+                    seen[v["values"]] += v["counts"]
+    if not seen:
+        return None
+    if len(seen) > 1:
+        logging.getLogger(__name__).warning("the rows were scored with several templates (%s): training with %s",
+                                            dict(seen), seen.most_common(1)[0][0])
+    return seen.most_common(1)[0][0]

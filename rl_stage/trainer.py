@@ -47,6 +47,9 @@ class TrainError(GradusError):
     pass
 
 
+SAMPLERS = ("signal", "uniform", "kimi", "stages")
+
+
 @dataclass
 class _Seq:
     """One completion to train on: its group, prompt and completion ids, advantage, and what was logged."""
@@ -93,6 +96,8 @@ class _Rollout:
     target: int = 0  # groups a step trains on: prompts_per_step, or the whole stage when it is smaller
     short: bool = False  # dynamic sampling ended below the target (max_gen_batches reached)
     boxed: list[bool] = field(default_factory=list)  # every generated completion: has an explicit answer
+    completions: int = 0  # every generated completion, dropped groups' too
+    by_bucket: dict = field(default_factory=dict)  # offline bucket -> [correct, completions] of every generated group
 
 
 def _explicit(text: str) -> bool:
@@ -125,7 +130,8 @@ class TrainConfig:
     dynamic_sampling_metric: str = "acc"  # acc | reward: what must differ inside a group (DAPO and verl: acc)
     # rollouts
     rollout_backend: str = "vllm"  # vllm | hf
-    template: str = "chat"  # prompt template: chat | qwen_math | r1 | none | fewshot
+    template: str | None = None  # chat | qwen_math | r1 | none | fewshot (unset: the template the rows were scored with)
+    # as gradus estimate and export record it; chat where nothing records one
     prompts_per_step: int = 8  # prompts (groups) per rollout step (our default for small machines; DAPO: 512)
     group_size: int = 8  # completions per prompt (Dr. GRPO: 8)
     max_tokens: int = 256  # completion budget per rollout (our default; DAPO: 20480)
@@ -154,16 +160,30 @@ class TrainConfig:
     bf16: bool | None = None  # None: on GPU only. bf16 compute (autocast); master weights and AdamW stay fp32
     gradient_checkpointing: bool | None = None  # None: on GPU only
     max_bad_steps: int = 3  # steps with a non-finite loss or gradient in a row that stop the run (our choice)
-    # curriculum
-    stage_steps: int | None = None  # steps per curriculum stage (None: split steps evenly over stages)
-    advance_at: float | None = None  # or advance once the stage's running accuracy reaches this
-    prioritized: bool = True  # Kimi k1.5: p_i ~ max(floor, 1 - s_i), s_i tracked online
-    curriculum_sampling: str = "weighted"  # weighted: batches drawn with those probabilities (Kimi's sampling) |
-    # epoch: each prompt once an epoch, the weights deciding only the order
-    weight_floor: float = 0.05  # floor of Kimi's max(floor, 1 - s) sampling weight (our choice)
+    # prompt sampling (rl_stage.sampler, rl_stage.data)
+    sampler: str = "signal"  # prompt sampler: signal | uniform | kimi | stages (README: prompt sampling)
+    # signal: Thompson draws where a group carries a learning signal, the offline estimate as prior (rl_stage.sampler);
+    # uniform: one pool, every prompt alike; kimi: Kimi k1.5's easy-to-hard stages with weights max(floor, 1 - s);
+    # stages: the export's stages easy to hard, uniform inside each
+    prior_strength: float = 4.0  # signal: samples an offline estimate is worth at most (our choice)
+    offline_prior: bool = True  # signal: start from the offline estimates (False: every prompt flat, Beta(1, 1))
+    forget_sd: float = 0.1  # signal: per-step sd of each prompt's own drift in log-odds (evidence fades; our choice)
+    drift_sd: float = 0.2  # signal: per-step sd of the policy's ability, shared by every prompt (0: fixed; our choice)
+    sharpen_sd: float = 0.1  # signal: per-step sd of the policy's log sharpness (pass rates going to 0 or 1; our choice)
+    signal: str = "auto"  # signal: survival (1 - p^G - (1-p)^G) | variance (p(1-p)) | auto: survival under dynamic
+    # sampling, variance otherwise
+    stage_steps: int | None = None  # kimi, stages: steps per stage (None: split steps evenly over stages)
+    advance_at: float | None = None  # kimi, stages: or advance once the stage's running accuracy reaches this
+    curriculum_sampling: str = "weighted"  # kimi, stages, uniform: weighted: batches drawn with the weights (Kimi's
+    # sampling) | epoch: each prompt once an epoch, the weights deciding only the order
+    weight_floor: float = 0.05  # kimi: floor of the max(floor, 1 - s) sampling weight (our choice)
+    budget_completions: int | None = None  # stop once this many completions were generated (dropped groups counted);
+    # steps stays an upper bound
     # evaluation, logging, checkpoints
     eval_data: list[str] = field(default_factory=list, metadata={"path": True})  # held-out export folders
     eval_every: int = 0  # 0: only before the first and after the last step
+    eval_every_completions: int = 0  # also evaluate after the step that crosses each multiple of this many completions
+    eval_at_start: bool = True  # evaluate before the first step
     eval_prompts: int = 32  # held-out prompts evaluated (drawn from every eval_data folder)
     eval_k: int = 4  # mean@k at the rollout temperature, next to greedy pass@1
     save_every: int = 10  # steps between checkpoints
@@ -226,7 +246,18 @@ class TrainConfig:
         if self.short_batch not in ("error", "skip"):
             raise TrainError(f"short_batch must be error or skip, not {self.short_batch!r}")
         from rl_stage.data import CurriculumSampler
+        from rl_stage.sampler import SIGNALS
 
+        if self.sampler not in SAMPLERS:
+            raise TrainError(f"sampler must be one of {', '.join(SAMPLERS)}, not {self.sampler!r}")
+        if self.signal not in ("auto", *SIGNALS):
+            raise TrainError(f"signal must be auto, {' or '.join(SIGNALS)}, not {self.signal!r}")
+        if min(self.prior_strength, self.forget_sd, self.drift_sd, self.sharpen_sd) < 0:
+            raise TrainError("prior_strength, forget_sd, drift_sd and sharpen_sd must be >= 0")
+        if self.budget_completions is not None and self.budget_completions < 1:
+            raise TrainError("budget_completions must be >= 1 (or left out)")
+        if self.eval_every_completions < 0:
+            raise TrainError("eval_every_completions must be >= 0 (0: off)")
         if self.curriculum_sampling not in CurriculumSampler.MODES:
             raise TrainError(f"curriculum_sampling must be one of {', '.join(CurriculumSampler.MODES)}, "
                              f"not {self.curriculum_sampling!r}")
@@ -238,15 +269,41 @@ class TrainConfig:
             raise TrainError("rollout_batch_prompts must be >= 1")
 
 
+def make_sampler(cfg: TrainConfig, alg: dict):
+    """The prompt sampler ``cfg.sampler`` names, over ``cfg.data``."""
+    from rl_stage.data import CurriculumSampler
+    from rl_stage.sampler import SignalSampler
+
+    if cfg.sampler == "signal":
+        signal = cfg.signal if cfg.signal != "auto" else ("survival" if alg["dynamic_sampling"] else "variance")
+        return SignalSampler(cfg.data, cfg.group_size, seed=cfg.seed, prior_strength=cfg.prior_strength,
+                             forget_sd=cfg.forget_sd, drift_sd=cfg.drift_sd, sharpen_sd=cfg.sharpen_sd, signal=signal,
+                             use_prior=cfg.offline_prior)
+    s = CurriculumSampler(cfg.data, seed=cfg.seed, stage_steps=None, advance_at=cfg.advance_at,
+                          prioritized=cfg.sampler == "kimi", floor=cfg.weight_floor, mode=cfg.curriculum_sampling,
+                          one_pool=cfg.sampler == "uniform")
+    s.stage_steps = cfg.stage_steps
+    if s.stage_steps is None and len(s.stages) > 1:
+        s.stage_steps = max(1, cfg.steps // len(s.stages))
+    return s
+
+
 class Trainer:
     def __init__(self, cfg: TrainConfig, resume: bool = False):
         cfg.check()
+        if cfg.template is None:  # train on the prompts as they were scored
+            from rl_stage.data import scored_template
+
+            cfg = replace(cfg, template=scored_template(cfg.data) or "chat")
         self.cfg = cfg
+        self.template: str = cfg.template or "chat"  # resolved above
         self.alg = cfg.resolved()
         self.out = Path(cfg.out)
         self.resume = resume
         self.step = 0
         self.bad_in_row = 0
+        self.completions = 0  # generated in the run so far (dropped groups counted)
+        self.online: dict[str, list] = {}  # prompt id -> [last correct, last graded, last step, total correct, total graded]
         self.world, self.rank = 1, 0
 
     # ---- distributed helpers (no-ops in one process) -------------------------------------------------
@@ -310,7 +367,7 @@ class Trainer:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         from curate.difficulty import GradingPool, ModelError, SamplingConfig, resolve_model
-        from rl_stage.data import CurriculumSampler, held_out_prompts
+        from rl_stage.data import held_out_prompts
         from rl_stage.policy import PolicyModule
 
         cfg = self.cfg
@@ -357,14 +414,9 @@ class Trainer:
         # the schedule advances once per rollout step (the unit DAPO's 20-step warm-up counts in), not per update
         warm = max(0, cfg.warmup_steps)
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lambda s: min(1.0, (s + 1) / warm) if warm else 1.0)
-        stage_steps = cfg.stage_steps
         # every rank holds the same sampler (same seed, same updates from every rank's groups): the global batch
         # is the one a single process would draw, and each rank rolls out its share of it
-        self.sampler = CurriculumSampler(cfg.data, seed=cfg.seed, stage_steps=None, advance_at=cfg.advance_at,
-                                         prioritized=cfg.prioritized, floor=cfg.weight_floor, mode=cfg.curriculum_sampling)
-        if stage_steps is None and len(self.sampler.stages) > 1:
-            stage_steps = max(1, cfg.steps // len(self.sampler.stages))
-        self.sampler.stage_steps = stage_steps
+        self.sampler = make_sampler(cfg, self.alg)
         if self.alg["mini_batches"] > cfg.prompts_per_step:
             log.warning("preset %s makes %d updates per rollout batch; with %d prompts per step it makes %d "
                         "(at most one group per update)", cfg.preset, self.alg["mini_batches"], cfg.prompts_per_step,
@@ -426,9 +478,9 @@ class Trainer:
         from curate.difficulty import templates
 
         reqs, ok = [], []
-        special = templates.adds_special_tokens(self.cfg.template)
+        special = templates.adds_special_tokens(self.template)
         for i, p in zip(positions, prompts, strict=True):
-            text = templates.render(self.cfg.template, p.problem, self.tokenizer)
+            text = templates.render(self.template, p.problem, self.tokenizer)
             ids = self.tokenizer(text, add_special_tokens=special)["input_ids"]
             if len(ids) > self.cfg.max_prompt_tokens:
                 continue
@@ -498,6 +550,21 @@ class Trainer:
         ]
         return rewards, correct
 
+    def _record(self, p, n_correct: int, n_graded: int) -> None:
+        """A graded group of prompt ``p`` into the run's online difficulty table."""
+        row = self.online.setdefault(p.id, [0, 0, 0, 0, 0])
+        row[0], row[1], row[2] = n_correct, n_graded, self.step + 1
+        row[3] += n_correct
+        row[4] += n_graded
+
+    def write_online(self, folder: Path) -> Path:
+        """The pool's pass rates as this run measured them (``rl_stage.online``) into ``folder``."""
+        from rl_stage.online import online_table, write_table
+
+        table = online_table(self.sampler, self.online, model=self.model_name, template=self.template,
+                             temperature=self.cfg.temperature, max_tokens=self.cfg.max_tokens, step=self.step)
+        return write_table(table, folder / "online_difficulty.parquet")
+
     # ---- the step: rollout, reward, advantages, update, push -----------------------------------------
     def _batch(self, seqs: list[_Seq]):
         """Right-padded input ids, attention and completion masks (aligned to next-token targets)."""
@@ -530,22 +597,30 @@ class Trainer:
         ro.target = target = min(cfg.prompts_per_step, self.sampler.size)
         kept_ids: set[str] = set()
         while len(ro.kept) < target and (limit is None or ro.gen_rounds < limit):
-            prompts = self.sampler.sample(cfg.prompts_per_step)
+            prompts = self.sampler.sample(cfg.prompts_per_step, need=target - len(ro.kept) if dynamic else None)
+            if not prompts:  # every prompt of the pool was drawn in this step already
+                break
             groups, n_long, gen_s, reward_s = self._round(prompts, f"{self.step}/{ro.gen_rounds}")
             ro.gen_s += gen_s
             ro.reward_s += reward_s
             ro.too_long += n_long
             ro.gen_rounds += 1
             ro.groups_generated += len(groups)
+            self.sampler.observe([(g[0].index, sum(c), len(c)) for _, g, _, c in groups])
             for _, g, r, c in groups:
-                self.sampler.update(g[0].id, sum(c), len(c))
+                p = g[0]
+                self._record(p, sum(c), len(c))
+                ro.completions += len(c)
                 ro.accuracy.append(sum(c) / len(c))
+                by = ro.by_bucket.setdefault(p.bucket or "unscored", [0, 0])
+                by[0] += sum(c)
+                by[1] += len(c)
                 ro.boxed += [_explicit(x.text) for x in g[2]]
                 signal = [float(x) for x in c] if alg["dynamic_sampling_metric"] == "acc" else r
-                if dynamic and (not bool(algorithms.dynamic_sampling_keep(torch.tensor([signal]))[0]) or g[0].id in kept_ids):
+                if dynamic and (not bool(algorithms.dynamic_sampling_keep(torch.tensor([signal]))[0]) or p.id in kept_ids):
                     ro.dropped += 1
                     continue
-                kept_ids.add(g[0].id)
+                kept_ids.add(p.id)
                 ro.kept.append((g, r, c))
             if dynamic and len(ro.kept) < target:
                 log.info("step %d: %d of %d groups with a learning signal after %d generation batch(es)%s",
@@ -714,8 +789,18 @@ class Trainer:
         """One rollout step: rollout (+ dynamic sampling) -> rewards -> advantages -> updates -> weight push."""
         t0 = time.perf_counter()
         ro = self._rollout()
-        metrics = {"step": self.step + 1, "stage": self.sampler.stage_name, "groups": len(ro.kept),
+        self.completions += ro.completions
+        kept_prompts = [g[0] for g, _, _ in ro.kept[: ro.target]] if not ro.short else []
+        priors = [p.prior for p in kept_prompts if p.prior is not None]
+        expected = [p.expected for p in kept_prompts if p.expected is not None]
+        metrics = {"step": self.step + 1, "stage": self.sampler.stage_name, "groups": len(kept_prompts),
                    "groups_generated": ro.groups_generated, "dropped_groups": ro.dropped, "gen_rounds": ro.gen_rounds,
+                   "completions": ro.completions, "completions_total": self.completions,
+                   "completions_per_group": round(ro.completions / len(kept_prompts), 3) if kept_prompts else None,
+                   "prior_pass_rate": float(np.mean(priors)) if priors else None,
+                   "expected_pass_rate": float(np.mean(expected)) if expected else None,
+                   "accuracy_by_bucket": {b: round(c / n, 4) for b, (c, n) in sorted(ro.by_bucket.items())},
+                   "completions_by_bucket": {b: n for b, (_, n) in sorted(ro.by_bucket.items())},
                    "prompts_too_long": ro.too_long, "accuracy": float(np.mean(ro.accuracy)) if ro.accuracy else None,
                    "boxed_rate": float(np.mean(ro.boxed)) if ro.boxed else None}
         lr = self.sched.get_last_lr()[0]  # the rate this step's updates use
@@ -785,7 +870,7 @@ class Trainer:
         for pos, g, _, c in g_groups:
             if pos in by_pos:
                 comps, s_c = by_pos[pos]
-                rows.append({"step": self.step, "id": g[0].id, "greedy_correct": bool(c[0]),
+                rows.append({"step": self.step, "completions": self.completions, "id": g[0].id, "greedy_correct": bool(c[0]),
                              f"mean@{k}": sum(s_c) / len(s_c), "k": k,
                              "boxed": sum(_explicit(x.text) for x in comps) / k})
         if self.main:
@@ -833,9 +918,11 @@ class Trainer:
             self.model.save_pretrained(tmp, safe_serialization=True)
         if self.main:
             self.tokenizer.save_pretrained(tmp)
+            self.write_online(tmp)
             state = {"step": self.step, "scheduler": self.sched.state_dict(), "world_size": self.world,
                      "sampler": self.sampler.state_dict(), "python_rng": random.getstate(), "numpy_rng": np.random.get_state(),
-                     "bad_in_row": self.bad_in_row, **({"optimizer": self.opt.state_dict(), **rng} if self.world == 1 else {})}
+                     "bad_in_row": self.bad_in_row, "completions": self.completions,
+                     "online": self.online, **({"optimizer": self.opt.state_dict(), **rng} if self.world == 1 else {})}
             torch.save(state, tmp / "trainer_state.pt")
         self._barrier()
         if self.main:
@@ -843,6 +930,10 @@ class Trainer:
             os.replace(tmp, final)
             for old in sorted(p for p in root.glob("step_*"))[: -self.cfg.keep_checkpoints]:
                 shutil.rmtree(old, ignore_errors=True)
+            self.write_online(self.out)
+            from rl_stage.online import plot_run
+
+            plot_run(self.out)
         self._barrier()
         return final
 
@@ -872,6 +963,8 @@ class Trainer:
         if rng.get("cuda_rng") is not None and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(rng["cuda_rng"])
         self.bad_in_row = st["bad_in_row"]
+        self.completions = st.get("completions", 0)
+        self.online = {k: list(v) for k, v in st.get("online", {}).items()}
         # metrics and evaluations written after this checkpoint belong to steps that will be run again
         for name in ("metrics.jsonl", "eval.jsonl"):
             mpath = self.out / name
@@ -899,12 +992,13 @@ class Trainer:
         progress = progress and self.main
         out = []
         try:
-            if self.step == 0 and self.eval_prompts:
-                m = {"step": 0, **self.evaluate()}
+            if self.step == 0 and self.eval_prompts and self.cfg.eval_at_start:
+                m = {"step": 0, "completions_total": 0, **self.evaluate()}
                 self._log(m)
                 out.append(m)
             end = self.cfg.steps if stop_after is None else min(self.cfg.steps, self.step + stop_after)
-            while self.step < end:
+            while self.step < end and not self._budget_spent():
+                before = self.completions
                 m = self.train_step()
                 self.step += 1
                 if m.get("skipped") and m["skipped"].startswith("non-finite"):
@@ -918,20 +1012,26 @@ class Trainer:
                     self.bad_in_row = 0
                 if self.sampler.end_step():
                     m["stage_advanced_to"] = self.sampler.stage_name
+                last = self.step == self.cfg.steps or self._budget_spent()
                 periodic = self.cfg.eval_every and self.step % self.cfg.eval_every == 0
-                if self.eval_prompts and (periodic or self.step == self.cfg.steps):
+                every = self.cfg.eval_every_completions
+                crossed = every and self.completions // every > before // every
+                if self.eval_prompts and (periodic or crossed or last):
                     m.update(self.evaluate())
                 self._log(m)
                 out.append(m)
                 if progress:
                     print(_line(m), flush=True)
-                if self.step % self.cfg.save_every == 0 or self.step == end:
+                if self.step % self.cfg.save_every == 0 or self.step == end or last:
                     self.save()
         finally:
             self.grader.close()
             if self._tb is not None:
                 self._tb.close()
         return out
+
+    def _budget_spent(self) -> bool:
+        return self.cfg.budget_completions is not None and self.completions >= self.cfg.budget_completions
 
     def close(self) -> None:
         """End the process group this trainer started under torchrun (NCCL warns, and some versions hang, at the exit

@@ -4,6 +4,7 @@ determinism under a seed; curriculum folders; bad input gives clear errors."""
 from __future__ import annotations
 
 import json
+from collections import Counter
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -69,8 +70,17 @@ def test_exports_are_deterministic_under_a_seed(scored, tmp_path):
     assert again.skipped
 
 
+def test_never_and_always_solved_rows_are_kept_flagged_by_default(scored, tmp_path):
+    m = export([scored], tmp_path / "all", ExportConfig(format="parquet", curriculum=True))
+    assert [(p["folder"], p["rows"]) for p in m.stats["parts"]] == [
+        ("stage_1_solved", 4), ("stage_2_easy", 8), ("stage_3_medium", 3), ("stage_4_hard", 10), ("stage_5_unsolved", 5)]
+    t = read_export(tmp_path / "all")
+    assert Counter(t["bucket"].to_pylist()) == {"solved": 4, "easy": 8, "medium": 3, "hard": 10, "unsolved": 5}
+    assert json.loads((tmp_path / "all" / "selection_report.json").read_text())["excluded"] == {}
+
+
 def test_curriculum_folders_easy_to_hard_with_weights(scored, tmp_path):
-    m = export([scored], tmp_path / "cur", ExportConfig(format="parquet", curriculum=True))
+    m = export([scored], tmp_path / "cur", ExportConfig(format="parquet", curriculum=True, include_ends=False))
     parts = m.stats["parts"]
     assert [(p["folder"], p["rows"]) for p in parts] == [("stage_1_easy", 8), ("stage_2_medium", 3), ("stage_3_hard", 10)]
     assert [p["pass_rate_mean"] for p in m.stats["parts"]] == pytest.approx([0.8, 0.5, 0.24])  # hard: (6*0.2 + 4*0.3) / 10
@@ -88,7 +98,7 @@ def test_bad_requests_are_clear_errors(scored, tmp_path):
     with pytest.raises(ConfigError, match="format: 'csv' is not one of parquet, jsonl, hf"):
         ExportConfig(format="csv")
     with pytest.raises(SelectionError, match="only 21 eligible"):
-        export([scored], tmp_path / "x", ExportConfig(total=100, shortfall="fail"))
+        export([scored], tmp_path / "x", ExportConfig(total=100, shortfall="fail", include_ends=False))
     unscored = tmp_path / "unscored" / "kept"
     unscored.mkdir(parents=True)
     pq.write_table(pa.table({"id": ["a"], "problem": ["p"], "answer": ["1"]}), unscored / "s.parquet")

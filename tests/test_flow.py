@@ -227,6 +227,14 @@ def test_a_train_section_trains_on_the_runs_export_and_an_unchanged_export_skips
     t = s["train"]
     assert t["skipped"] is False and t["steps"] == 1 and t["last"]["step"] == 1
     assert (Path(t["checkpoint"]) / "model.safetensors").is_file()
+    # what the run learned about its data, and its page in the Prefect UI
+    from flows.flow import train_artifact
+
+    folder = Path(t["folder"])
+    assert (folder / "online_difficulty.parquet").is_file() and (folder / "plots" / "training.png").is_file()
+    page = train_artifact(Path(t["folder"]))
+    assert "pass rates by offline bucket" in page and "completions per trained group" in page
+    assert "data:image/png;base64," in page
     again = run_flow(cfg, tmp_path / "f")
     assert again["train"]["skipped"] is True and again["train"]["folder"] == t["folder"]
 

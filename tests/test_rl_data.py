@@ -165,11 +165,13 @@ def _fake_rounds(tmp_path, patterns, **kw):
     t.torch = torch
     t.sampler = CurriculumSampler(cfg.data, seed=0, mode="epoch")
     asked: list[int] = []
+    needs: list[int | None] = []
     real_sample = t.sampler.sample
 
-    def sample(n):
+    def sample(n, need=None):
         asked.append(n)
-        return real_sample(n)
+        needs.append(need)
+        return real_sample(n, need)
 
     t.sampler.sample = sample  # type: ignore[method-assign]
 
@@ -181,6 +183,7 @@ def _fake_rounds(tmp_path, patterns, **kw):
 
     t._round = fake_round  # type: ignore[method-assign]
     t.sched = type("S", (), {"get_last_lr": lambda self: [1e-6], "step": lambda self: None})()
+    t.needs = needs
     return t, asked
 
 
@@ -190,9 +193,11 @@ def test_dapo_dynamic_sampling_draws_full_generation_batches_until_the_batch_is_
     t, asked = _fake_rounds(tmp_path, [[mixed, flat, flat, flat], [flat, mixed, mixed, flat], [mixed, mixed, flat, mixed]])
     ro = t._rollout()
     assert asked == [4, 4, 4]  # full generation batches, as verl's DAPO recipe (not just the shortfall)
+    assert t.needs == [4, 3, 1]  # what the sampler was told is still missing (the curriculum sampler draws 4 anyway)
     assert (ro.gen_rounds, ro.groups_generated, len(ro.kept), ro.short) == (3, 12, 4, False)
     assert ro.dropped == 3 + 2 + 1  # flat groups, and groups of a prompt already kept (a batch holds distinct prompts)
     assert len({g[0].id for g, _, _ in ro.kept}) == 4
+    assert ro.completions == 3 * 4 * 2  # every generated completion counts, dropped groups' too
 
 
 def test_a_batch_still_short_after_max_gen_batches_is_never_trained_on(tmp_path):

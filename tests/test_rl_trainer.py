@@ -87,7 +87,7 @@ def test_resume_continues_exactly(export_dir, tmp_path):
     # per-prompt evaluation before the first and after the last step, the same prompts both times
     ea = [json.loads(x) for x in (tmp_path / "full" / "eval.jsonl").read_text().splitlines()]
     assert [e["step"] for e in ea] == [0, 0, 0, 4, 4, 4] and len({e["id"] for e in ea}) == 3
-    assert all(set(e) == {"step", "id", "greedy_correct", "mean@2", "k", "boxed"} for e in ea)
+    assert all(set(e) == {"step", "completions", "id", "greedy_correct", "mean@2", "k", "boxed"} for e in ea)
     assert ea == [json.loads(x) for x in (tmp_path / "half" / "eval.jsonl").read_text().splitlines()]
     name_a, a = _params(tmp_path / "full")
     name_b, b = _params(tmp_path / "half")

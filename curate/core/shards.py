@@ -12,6 +12,7 @@ The same rows in the same order give the same bytes (no timestamps inside shards
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -237,12 +238,22 @@ def read_manifest(out: Path) -> dict | None:
         return json.load(f)
 
 
-def write_json_atomic(path: Path, obj: dict) -> None:
+@contextlib.contextmanager
+def atomic_path(path: Path) -> Iterator[Path]:
+    """A temporary name beside ``path`` to write to; on success it is synced and renamed to ``path`` (a reader never
+    sees half a file), on failure removed."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
+    try:
+        yield tmp
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_json_atomic(path: Path, obj: dict) -> None:
+    with atomic_path(path) as tmp, open(tmp, "w") as f:
         json.dump(obj, f, indent=2, sort_keys=True, default=str)
         f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)

@@ -23,7 +23,7 @@ import json
 import os
 import shutil
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import pyarrow as pa
@@ -59,12 +59,13 @@ EXPORT_SCHEMA = pa.schema([
     pa.field("n_graded", pa.int32()),
     pa.field("k", pa.int32()),
     pa.field("difficulty_model", pa.string()),
+    pa.field("difficulty_template", pa.string()),
     pa.field("bucket", pa.string()),
     pa.field("stage", pa.int32()),
     pa.field("sample_weight", pa.float32()),
 ])
 INPUT_COLUMNS = ["id", "source", "source_id", "subject", "level", "problem", "answer", "pass_rate", "pass_rate_low",
-                 "pass_rate_high", "n_correct", "n_graded", "k", "model", "suspect_gold"]
+                 "pass_rate_high", "n_correct", "n_graded", "k", "model", "template", "suspect_gold", "bucket_masses"]
 
 
 @dataclass(frozen=True)
@@ -74,9 +75,12 @@ class ExportConfig:
     target: str = "uniform"  # uniform (Kimi k1.5's balanced mix) | band:LO-HI (Open-R1: band:0.1-0.9) | hard=0.5,medium=0.3,...
     buckets: str | None = None  # middle buckets by upper pass rate; None: hard=1/3,medium=2/3,easy=1 (our choice)
     shortfall: str = "redistribute"  # when a bucket has fewer rows than its quota: redistribute | fail
-    include_ends: bool = False  # let never- and always-solved rows in (Skywork-OR1, Open-R1, POLARIS leave them out)
+    include_ends: bool | None = None  # keep never- and always-solved rows, flagged by bucket (unset: uniform target only)
+    # "Never solved when scored" is not "never learnable": the trainer's sampler revisits them. False leaves them out
+    # (Skywork-OR1, Open-R1 and POLARIS do); None keeps them under the uniform target, not in a band or custom target
     curriculum: bool = False  # one folder per stage, easy to hard (Kimi k1.5's curriculum sampling)
-    template: str = "chat"  # prompt template: chat | qwen_math | r1 | none | fewshot
+    template: str | None = None  # chat | qwen_math | r1 | none | fewshot (unset: the template the rows were scored with)
+    # chat where the rows record none or several
     tokenizer: str | None = None  # model whose chat template renders the prompt text (template chat)
     seed: int = 0  # selection and order seed
     weight_floor: float = 0.05  # floor of Kimi's 1 - pass_rate resampling weight (our choice: solved rows not starved)
@@ -87,7 +91,8 @@ class ExportConfig:
     def __post_init__(self):
         check_choice("format", self.format, FORMATS)
         check_choice("shortfall", self.shortfall, ("redistribute", "fail"))
-        check_choice("template", self.template, templates.TEMPLATES)
+        if self.template is not None:
+            check_choice("template", self.template, templates.TEMPLATES)
         if self.rows_per_shard < 1:
             raise ConfigError("rows_per_shard must be >= 1")
         if self.total is not None and self.total < 1:
@@ -109,7 +114,8 @@ def load_scored(inputs: list[Path]) -> pa.Table:
             t = pq.read_table(p, columns=[c for c in INPUT_COLUMNS if c in names])
             for c in INPUT_COLUMNS:
                 if c not in t.column_names:  # scored before the column existed
-                    t = t.append_column(c, pa.nulls(t.num_rows, pa.bool_() if c == "suspect_gold" else pa.string()))
+                    kind = {"suspect_gold": pa.bool_(), "bucket_masses": pa.list_(pa.float64())}.get(c, pa.string())
+                    t = t.append_column(c, pa.nulls(t.num_rows, kind))
             tables.append(t.select(INPUT_COLUMNS))
     if not tables:
         raise SelectionError(f"no scored shards in {[str(p) for p in inputs]}")
@@ -117,6 +123,17 @@ def load_scored(inputs: list[Path]) -> pa.Table:
     if t.num_rows == 0:
         raise SelectionError("the scored shards hold no rows")
     return pass_rates_over_k(t)
+
+
+def ends_included(cfg: ExportConfig) -> bool:
+    """Whether the export keeps the never- and always-solved rows (``include_ends``; None: under the uniform target)."""
+    return cfg.include_ends if cfg.include_ends is not None else (cfg.target or "uniform").strip() == "uniform"
+
+
+def scored_template(table: pa.Table) -> str:
+    """The template every row was scored with; ``chat`` where the rows record none or several."""
+    names = {v for v in pc.unique(table["template"]).to_pylist() if v is not None}
+    return names.pop() if len(names) == 1 and not table["template"].null_count else "chat"
 
 
 def pass_rates_over_k(t: pa.Table) -> pa.Table:
@@ -139,8 +156,9 @@ def pass_rates_over_k(t: pa.Table) -> pa.Table:
 
 
 def _render(table: pa.Table, cfg: ExportConfig, stage: list[int | None]) -> pa.Table:
+    template = cfg.template or "chat"  # export() has put the scoring template in when none was named
     tok = None
-    if cfg.template in templates.CHAT_TEMPLATES and cfg.tokenizer:
+    if template in templates.CHAT_TEMPLATES and cfg.tokenizer:
         from transformers import AutoTokenizer
 
         from curate.difficulty.models import resolve_model
@@ -148,22 +166,23 @@ def _render(table: pa.Table, cfg: ExportConfig, stage: list[int | None]) -> pa.T
         tok = AutoTokenizer.from_pretrained(resolve_model(cfg.tokenizer)[0])
     prompts, messages = [], []
     for prob in table["problem"].to_pylist():
-        msgs = templates.messages(cfg.template, prob)
+        msgs = templates.messages(template, prob)
         messages.append(msgs)
-        if cfg.template in templates.CHAT_TEMPLATES and tok is None:
+        if template in templates.CHAT_TEMPLATES and tok is None:
             # no tokenizer named: the last user turn, for trainers that template it (``messages`` has the examples)
             prompts.append(msgs[-1]["content"])
         else:
-            prompts.append(templates.render(cfg.template, prob, tok))
+            prompts.append(templates.render(template, prob, tok))
     n = table.num_rows
     cols = {
         "id": table["id"], "source": table["source"], "source_id": table["source_id"], "subject": table["subject"],
         "level": table["level"], "problem": table["problem"], "answer": table["answer"],
         "prompt": pa.array(prompts, pa.string()), "messages": pa.array(messages, pa.list_(MESSAGE)),
-        "template": pa.array([cfg.template] * n, pa.string()),
+        "template": pa.array([template] * n, pa.string()),
         "pass_rate": table["pass_rate"], "pass_rate_low": table["pass_rate_low"], "pass_rate_high": table["pass_rate_high"],
         "n_correct": table["n_correct"], "n_graded": table["n_graded"], "k": table["k"],
-        "difficulty_model": table["model"], "bucket": table["bucket"], "stage": pa.array(stage, pa.int32()),
+        "difficulty_model": table["model"], "difficulty_template": table["template"], "bucket": table["bucket"],
+        "stage": pa.array(stage, pa.int32()),
         "sample_weight": table["sample_weight"],
     }
     return pa.Table.from_arrays([cols[f.name].cast(f.type) if cols[f.name].type != f.type else cols[f.name]
@@ -171,7 +190,7 @@ def _render(table: pa.Table, cfg: ExportConfig, stage: list[int | None]) -> pa.T
 
 
 DIFFICULTY_FIELDS = ["id", "source", "subject", "level", "pass_rate", "pass_rate_low", "pass_rate_high", "n_correct",
-                     "n_graded", "k", "difficulty_model", "bucket", "stage"]
+                     "n_graded", "k", "difficulty_model", "difficulty_template", "bucket", "stage"]
 VERL_EXTRA = pa.struct([pa.field("index", pa.int64())] + [EXPORT_SCHEMA.field(n) for n in DIFFICULTY_FIELDS]
                        + [pa.field("sample_weight", pa.float32()), pa.field("problem", pa.string())])
 TRAINER_SCHEMAS = {
@@ -262,12 +281,14 @@ def export(inputs: list[Path], out: Path, cfg: ExportConfig, force: bool = False
         return done
     runner.check_output()
     table = load_scored(folders)
+    if cfg.template is None:  # render the prompts as they were scored
+        cfg = replace(cfg, template=scored_template(table))
     spec = BucketSpec.parse(cfg.buckets)
     target = Target.parse(cfg.target, spec)
     suspect = pc.fill_null(table["suspect_gold"], False)
     n_suspect = int(pc.sum(suspect).as_py() or 0) if cfg.drop_suspect_gold else 0
     sel: Selection = select(table.filter(pc.invert(suspect)) if n_suspect else table, cfg.total, target, spec,
-                            seed=cfg.seed, shortfall=cfg.shortfall, include_ends=cfg.include_ends,
+                            seed=cfg.seed, shortfall=cfg.shortfall, include_ends=ends_included(cfg),
                             weight_floor=cfg.weight_floor)
     if n_suspect:  # left out before the selection, and said so with the other exclusions
         sel.report["excluded"] = {"suspect_gold": n_suspect, **sel.report["excluded"]}
@@ -302,7 +323,7 @@ def export(inputs: list[Path], out: Path, cfg: ExportConfig, force: bool = False
             by_source.setdefault(str(src), {})["in"] = n
         for src, n in Counter(sel.table["source"].to_pylist()).items():
             by_source[str(src)]["kept"] = n
-        stats = {"format": cfg.format, "parts": parts, "selection": sel.report,
+        stats = {"format": cfg.format, "template": cfg.template, "parts": parts, "selection": sel.report,
                  "schema": [f"{f.name}: {f.type}" for f in schema_of(cfg.format)]}
         m = runner.finish(table.num_rows, files, [], reasons, by_source, stats, rows_kept=sel.table.num_rows, folder=tmp)
         old_dir = final.parent / f".{final.name}.old-{os.getpid()}"
