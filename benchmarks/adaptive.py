@@ -169,7 +169,8 @@ def main() -> None:
                        "ece": calibration_error(conf, got == truth)}
                 if family == "jeffreys":  # what a user receives: the bucket an export gives the stored row
                     row["exported_accuracy"] = float((exported(c, n) == truth).mean())
-                    by_counts = np.array([BUCKETS.index(observed_bucket(int(x), int(y), edges)) for x, y in zip(c, n)])
+                    by_counts = np.array([BUCKETS.index(observed_bucket(int(x), int(y), edges))
+                                          for x, y in zip(c, n, strict=True)])
                     row["by_counts_accuracy"] = float((by_counts == truth).mean())  # how exports bucketed them before
                 rows.append(row)
         fam = {f: [r for r in rows if r["family"] == f] for f in FAMILIES}
