@@ -1,24 +1,40 @@
-"""Does the trainer learn, and does the curriculum help? SmolLM2-135M on CPU, held-out accuracy per level.
+"""Does curated difficulty make RL training better? Prompt samplers against uniform at an equal completion budget.
 
-Data: distinct problems of levels 1-3 of the bundled ladder (``synthetic:mix=ladder``), 24 per level held
-out (72) and 56 per level to train (168). The training problems are scored once by ``gradus estimate``
-(the same model and template, ``--k`` samples at T = 1.0), which gives three arms of the same budget:
+SmolLM2-135M-Instruct on CPU, preset ``dapo`` (4 prompts x 8 completions a step, 128 tokens, lr 1e-5, template
+``fewshot``, T = 1.0, dynamic sampling with at most 10 generation batches a step, short batches skipped and
+counted). Every arm trains until it has generated the same number of completions (``--budget``; dropped
+groups counted) and is evaluated on the same held-out prompts at fixed points of that budget (``--evals``: greedy
+pass@1 and mean@4 at T = 1.0, per prompt in eval.jsonl).
 
-- ``curriculum``: the gradus curriculum export of the scored set (balanced buckets, never- and
-  always-solved rows left out, stages easy to hard, Kimi k1.5's weighted sampling on the pass counts);
-- ``uniform``: the same clean set, every scored row, one stage, drawn uniformly (no difficulty);
-- ``solved``: only the rows the model already solves (estimated pass rate >= 0.75), uniformly.
+Two task families, four levels each:
 
-Each (arm, seed) trains ``--steps`` steps (``dapo``, 4 prompts x 8 completions, 128 tokens, lr 1e-5,
-template ``fewshot``, short batches skipped and counted) and is evaluated on the same 72 held-out prompts
-before the first and after the last step (greedy pass@1 and mean@4 at T = 1.0, per prompt in eval.jsonl).
-Reported: per level and overall, before -> after with a paired 95% interval over prompts (and over seeds
-pooled), entropy and boxed rate, and each arm's final accuracy against ``uniform``'s per level: over
-(prompt, seed) pairs, over prompts with the seeds averaged first, and seed by seed. The figures say whether the
-curriculum wins; the script does not decide it.
+- ``ladder``: the bundled generator (``synthetic:mix=ladder``), levels 1-4, held-out and training problems
+  distinct;
+- ``rg``: procedural tasks of the ``reasoning-gym`` package, read through gradus's own source
+  (``reasoning_gym:task=...``), one task setting per level (``RG_LEVELS``), held-out seeds far from the
+  training ones and any problem text shared with the held-out set removed from training.
 
-    python benchmarks/learn.py --data DIR                         # 3 arms x 3 seeds (about 3 hours on 2 cores)
-    python benchmarks/learn.py --arms curriculum --seeds 0 --steps 5   # a shorter look
+The training problems are scored once by ``gradus estimate`` (the same model and template, ``--k`` samples at
+T = 1.0); that cost in completions is reported beside the arms. Arms, on the same scored pool:
+
+- ``uniform``: every prompt alike (one pool, epoch-free uniform draws), no difficulty used;
+- ``kimi``: gradus's curriculum as it was (export ``--curriculum`` without the never- and always-solved rows,
+  stages easy to hard over the expected number of steps, Kimi k1.5's ``max(floor, 1 - s)`` weights);
+- ``signal``: the default sampler (``rl_stage.sampler``): Thompson draws where a group carries a signal, the
+  offline estimate as prior;
+- ``signal_flat``: the same with every prompt flat (what the offline estimate adds).
+
+Reported, per family: completions per trained group (the waste of dynamic sampling), final held-out mean@4
+and greedy accuracy at the budget with paired 95% intervals against ``uniform`` over prompts (seeds averaged
+first), per level and overall, and seed by seed; the completions each arm needed to reach uniform's final
+mean@4 (linear between evaluation points); and the offline estimate's own cost. Every run's metrics.jsonl and
+eval.jsonl are kept under ``--keep``.
+
+    python -P benchmarks/learn.py --family ladder --data /tmp/learn-ladder --jobs 2
+    python -P benchmarks/learn.py --family rg --data /tmp/learn-rg --jobs 2
+    python -P benchmarks/learn.py --report /tmp/learn-ladder /tmp/learn-rg --json benchmarks/results/learn_ab.json
+
+A run that is stopped loses nothing finished: prepared sets and finished runs are kept in DATA and not run again.
 """
 
 from __future__ import annotations
@@ -26,94 +42,150 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
+import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
+import time
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-LEVELS = ("1", "2", "3")
+LEVELS = ("1", "2", "3", "4")
+ARMS = ("uniform", "kimi", "signal", "signal_flat")
+# reasoning-gym task settings, one per level, easiest first (pass rates of SmolLM2-135M with fewshot at T = 1.0
+# spread over them: benchmarks/results/learn_ab.json records the scored pool's means)
+RG_LEVELS = {
+    "1": "task=leg_counting,min_animals=1,max_animals=1,min_instances=1,max_instances=3",
+    "2": "task=products,min_terms=2,max_terms=2,min_digits=1,max_digits=1",
+    "3": "task=chain_sum,min_terms=2,max_terms=2,min_digits=1,max_digits=2",
+    "4": "task=simple_equations,min_terms=2,max_terms=2,min_value=1,max_value=10",
+}
+SETTING = dict(preset="dapo", rollout_backend="vllm", template="fewshot", prompts_per_step=4, group_size=8,
+               max_tokens=128, lr=1e-5, temperature=1.0, micro_batch_size=16, short_batch="skip", eval_k=4)
 
 
-def _write(rows: list[dict], folder: Path) -> Path:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    (folder / "kept").mkdir(parents=True, exist_ok=True)
-    pq.write_table(pa.Table.from_pylist(rows), folder / "kept" / "part_000000.parquet")
-    return folder
+def _write_jsonl(rows: list[dict], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
-def make_sets(d: Path, a) -> dict:
-    """The held-out and training problems, the training set scored, and each arm's data folder."""
+def _sources(family: str, d: Path, a) -> None:
+    """The held-out and training problems as ingested stage folders ``held_in`` and ``train_in``."""
+    from curate.core.shards import read_table
+    from curate.pipeline import ingest
+
+    if family == "ladder":
+        from curate.sources.synthetic import generate
+
+        want = a.held_per_level + a.train_per_level
+        picked, seen, per = [], set(), defaultdict(int)
+        for r in generate(400 * want, a.data_seed, difficulty=(1, 4), mix="ladder"):
+            if r["problem"] not in seen and per[str(r["level"])] < want:
+                seen.add(r["problem"])
+                per[str(r["level"])] += 1
+                picked.append(r)
+        held = [r for lv in LEVELS for r in [x for x in picked if str(x["level"]) == lv][: a.held_per_level]]
+        train = [r for r in picked if r not in held]
+        for name, rows in (("held", held), ("train", train)):
+            _write_jsonl(rows, d / "src" / f"{name}.jsonl")
+            ingest(str(d / "src" / f"{name}.jsonl"), d / f"{name}_in", adapter="generic")
+        return
+    # reasoning-gym: each level its own source; held-out seeds 10^6 away from the training ones
+    for name, n, base in (("held", a.held_per_level, 10**6), ("train", a.train_per_level, 0)):
+        for lv, spec in RG_LEVELS.items():
+            ingest(f"reasoning_gym:{spec},n={n},seed={base + a.data_seed * 10**4},level={lv}",
+                   d / "rg" / f"{name}_{lv}", source_name=f"rg{lv}")
+    held_rows = [r for lv in LEVELS for r in read_table(d / "rg" / f"held_{lv}" / "kept").to_pylist()]
+    texts = {r["problem"] for r in held_rows}
+    train_rows = [r for lv in LEVELS for r in read_table(d / "rg" / f"train_{lv}" / "kept").to_pylist()
+                  if r["problem"] not in texts]
+    for name, rows in (("held", held_rows), ("train", train_rows)):
+        plain = [{"id": r["source_id"], "problem": r["problem"], "answer": r["answer"], "level": r["level"],
+                  "subject": r["subject"]} for r in rows]
+        _write_jsonl(plain, d / "src" / f"{name}.jsonl")
+        ingest(str(d / "src" / f"{name}.jsonl"), d / f"{name}_in", adapter="generic")
+
+
+def prepare(family: str, d: Path, a) -> dict:
+    """Sets, the offline estimate of the training pool and the kimi arm's curriculum export; their figures."""
     from curate.core.shards import read_table
     from curate.difficulty.engines import SamplingConfig
     from curate.difficulty.estimate import EstimateConfig, estimate
-    from curate.pipeline import ingest
     from curate.select.export import ExportConfig, export
-    from curate.sources.synthetic import generate
 
-    want = a.held_per_level + a.train_per_level
-    picked, seen, per = [], set(), defaultdict(int)
-    for r in generate(200 * want, a.data_seed, difficulty=(1, 3), mix="ladder"):
-        if r["problem"] not in seen and per[str(r["level"])] < want:
-            seen.add(r["problem"])
-            per[str(r["level"])] += 1
-            picked.append(r)
-    held = [r for lv in LEVELS for r in [x for x in picked if str(x["level"]) == lv][: a.held_per_level]]
-    train = [r for r in picked if r not in held]
-    (d / "src").mkdir(parents=True)
-    for name, rows in (("held", held), ("train", train)):
-        (d / "src" / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-        ingest(str(d / "src" / f"{name}.jsonl"), d / f"{name}_in", adapter="generic")
+    _sources(family, d, a)
     cfg = EstimateConfig(template="fewshot", store=None, chunk_rows=32,
                          sampling=SamplingConfig(k=a.k, temperature=1.0, max_tokens=a.max_tokens, seed=0))
+    t0 = time.time()
     estimate([d / "train_in"], d / "scored", cfg)
-    scored = read_table(d / "scored" / "kept").to_pylist()
-    export([d / "scored"], d / "curriculum", ExportConfig(curriculum=True, template="fewshot", card=False))
-    plain = [{"id": r["id"], "problem": r["problem"], "answer": r["answer"], "level": r["level"]} for r in scored]
-    _write(plain, d / "uniform")
-    _write([p for p, r in zip(plain, scored, strict=True) if r["pass_rate"] >= 0.75], d / "solved")
-    levels = {r["id"]: str(r["level"]) for r in read_table(d / "held_in" / "kept", columns=["id", "level"]).to_pylist()}
+    est_s = time.time() - t0
+    export([d / "scored"], d / "kimi", ExportConfig(curriculum=True, include_ends=False, card=False))
+    scored = read_table(d / "scored" / "kept", columns=["id", "level", "pass_rate", "n_correct", "k"]).to_pylist()
+    held = read_table(d / "held_in" / "kept", columns=["id", "level"]).to_pylist()
+    by_level = defaultdict(list)
+    for r in scored:
+        by_level[str(r["level"])].append(r["pass_rate"])
     rates = [r["pass_rate"] for r in scored]
-    return {"levels": levels, "train_rows": len(scored), "heldout_rows": len(held),
+    return {"family": family, "levels": {r["id"]: str(r["level"]) for r in held},
+            "train_rows": len(scored), "heldout_rows": len(held),
+            "heldout_by_level": {lv: sum(str(r["level"]) == lv for r in held) for lv in LEVELS},
             "scored_mean_pass_rate": round(statistics.mean(rates), 3),
-            "solved_rows": sum(x >= 0.75 for x in rates), "never_solved_rows": sum(x == 0 for x in rates),
-            "always_solved_rows": sum(x == 1 for x in rates)}
+            "scored_mean_by_level": {lv: round(statistics.mean(v), 3) for lv, v in sorted(by_level.items())},
+            "never_solved_rows": sum(x == 0 for x in rates), "always_solved_rows": sum(x == 1 for x in rates),
+            "offline_estimate_completions": sum(int(r["k"]) for r in scored), "offline_estimate_s": round(est_s, 1)}
 
 
-def one(a, arm: str, seed: int, d: Path) -> dict:
-    from rl_stage.trainer import TrainConfig, Trainer
+def arm_config(arm: str, seed: int, d: Path, out: Path, a, sets: dict):
+    from rl_stage.trainer import TrainConfig
 
-    out = Path(tempfile.mkdtemp(prefix="gradus-learn-")) / "run"
-    cfg = TrainConfig(data=[str(d / arm)], eval_data=[str(d / "held_in")], eval_prompts=10**6, eval_k=4, out=str(out),
-                      preset="dapo", rollout_backend="vllm", template="fewshot", prompts_per_step=a.prompts,
-                      group_size=a.group, max_tokens=a.max_tokens, steps=a.steps, save_every=10**6, lr=a.lr,
-                      micro_batch_size=16, seed=seed, temperature=1.0, short_batch="skip",
-                      prioritized=arm == "curriculum")
-    Trainer(cfg).run(progress=True)
-    return summarise(out, arm, seed)
-
-
-def summarise(out: Path, arm: str, seed: int) -> dict:
-    """One finished run folder's figures (its metrics.jsonl and eval.jsonl)."""
-    ms = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
-    steps = [m for m in ms if m.get("step", 0) > 0]
-    evals = [json.loads(x) for x in (out / "eval.jsonl").read_text().splitlines()]
-    return {"arm": arm, "seed": seed, "eval": evals,
-            "entropy_first": steps[0].get("entropy"), "entropy_last": next((m["entropy"] for m in reversed(steps)
-                                                                            if m.get("entropy") is not None), None),
-            "boxed_first": steps[0].get("boxed_rate"), "boxed_last": steps[-1].get("boxed_rate"),
-            "skipped_steps": sum(1 for m in steps if m.get("skipped")),
-            "gen_rounds": sum(m.get("gen_rounds") or 0 for m in steps),
-            "s_per_step": statistics.median(m["time/step_s"] for m in steps)}
+    kw = dict(SETTING, max_tokens=a.max_tokens, seed=seed, out=str(out), eval_data=[str(d / "held_in")],
+              eval_prompts=10**6, budget_completions=a.budget, eval_every_completions=a.budget // a.evals,
+              eval_at_start=arm == "uniform", steps=10**6, save_every=a.save_every)
+    if arm == "kimi":  # the stages split the steps the budget is expected to buy at uniform's waste
+        expected = max(1, round(a.budget / (SETTING["prompts_per_step"] * SETTING["group_size"] * 3.5)))
+        return TrainConfig(data=[str(d / "kimi")], sampler="kimi", **{**kw, "steps": expected})
+    if arm == "uniform":
+        return TrainConfig(data=[str(d / "scored")], sampler="uniform", **kw)
+    return TrainConfig(data=[str(d / "scored")], sampler="signal", offline_prior=arm == "signal", **kw)
 
 
+def one(a, arm: str, seed: int, d: Path) -> None:
+    """One (arm, seed) run into DATA/runs/ARM_SEED (resumed where a checkpoint is)."""
+    from rl_stage.trainer import Trainer
+
+    sets = json.loads((d / "sets.json").read_text())
+    out = d / "runs" / f"{arm}_{seed}"
+    cfg = arm_config(arm, seed, d, out, a, sets)
+    resume = (out / "metrics.jsonl").exists()
+    Trainer(cfg, resume=resume).run(progress=True)
+    (out / "DONE").write_text("")
+
+
+def run_all(a, d: Path) -> None:
+    jobs = [(arm, seed) for seed in map(int, a.seeds.split(",")) for arm in a.arms.split(",")
+            if not (d / "runs" / f"{arm}_{seed}" / "DONE").exists()]
+    env = dict(os.environ, OMP_NUM_THREADS=str(max(1, (os.cpu_count() or 2) // a.jobs)))
+
+    def go(job):
+        arm, seed = job
+        cmd = [sys.executable, "-P", __file__, "--one", f"{arm}:{seed}", "--data", str(d), "--budget", str(a.budget),
+               "--evals", str(a.evals), "--max-tokens", str(a.max_tokens), "--save-every", str(a.save_every)]
+        log = d / "runs" / f"{arm}_{seed}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with open(log, "a") as f:
+            p = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env)
+        print(f"{arm} seed {seed}: {'done' if p.returncode == 0 else f'FAILED (exit {p.returncode}, see {log})'}",
+              flush=True)
+
+    with ThreadPoolExecutor(a.jobs) as ex:
+        list(ex.map(go, jobs))
+
+
+# ---- the report ------------------------------------------------------------------------------------------
 def paired(diffs: list[float]) -> tuple[float, float, float]:
-    """Mean of paired differences and its normal 95% interval (no interval from one difference: nan bounds)."""
+    """Mean of paired differences and its normal 95% interval (nan bounds for one difference)."""
     n = len(diffs)
     m = statistics.mean(diffs)
     if n < 2:
@@ -123,128 +195,155 @@ def paired(diffs: list[float]) -> tuple[float, float, float]:
 
 
 def _fmt(t: tuple[float, float, float]) -> str:
-    if math.isnan(t[1]):
-        return f"{t[0]:+.3f} [one pair: no interval]"
-    return f"{t[0]:+.3f} [{t[1]:+.3f}, {t[2]:+.3f}]"
+    return f"{t[0]:+.3f}" + ("" if math.isnan(t[1]) else f" [{t[1]:+.3f}, {t[2]:+.3f}]")
 
 
-def report(runs: list[dict], levels: dict[str, str], last_step: int) -> dict:
-    """Per arm and level, before -> after with the paired difference over (prompt, seed) pairs; each arm against
-    ``uniform`` per level, two ways: over (prompt, seed) pairs, and over prompts with each prompt's difference
-    averaged over the seeds first (the 72 held-out prompts are the same in every seed, so this interval does not
-    count one prompt's seeds as independent); and each seed's own difference, to see the spread between seeds."""
-    out: dict = {"per_run": [], "per_arm": {}, "vs_uniform": {}, "vs_uniform_by_prompt": {}, "vs_uniform_by_seed": {}}
-    by = {}  # (arm, seed, id) -> (before row, after row)
+def load_runs(d: Path) -> list[dict]:
+    runs = []
+    for out in sorted((d / "runs").glob("*_*")):
+        if not out.is_dir() or not (out / "DONE").exists():
+            continue
+        arm, _, seed = out.name.rpartition("_")
+        ms = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+        ev = [json.loads(x) for x in (out / "eval.jsonl").read_text().splitlines()]
+        runs.append({"arm": arm, "seed": int(seed), "metrics": ms, "eval": ev})
+    return runs
+
+
+def report(d: Path) -> dict:
+    sets = json.loads((d / "sets.json").read_text())
+    levels = sets["levels"]
+    runs = load_runs(d)
+    out: dict = {"data": {k: v for k, v in sets.items() if k != "levels"}, "arms": {}, "vs_uniform": {}}
+    # evaluation points: the step-0 evaluation (uniform's, the same policy for every arm of a seed) and each arm's own
+    start = {r["seed"]: [e for e in r["eval"] if e["step"] == 0] for r in runs if r["arm"] == "uniform"}
+    final: dict = {}  # (arm, seed) -> {id: (mean@4, greedy)}
+    curve: dict = defaultdict(list)  # arm -> [(completions, mean@4 overall)] over seeds
     for r in runs:
-        ev = {(e["step"], e["id"]): e for e in r["eval"]}
-        for (step, pid), e in ev.items():
-            if step == 0 and (last_step, pid) in ev:
-                by[r["arm"], r["seed"], pid] = (e, ev[last_step, pid])
-
-    def in_level(k, lv):
-        return lv == "all" or levels[k[2]] == lv
-
-    for metric in ("mean@4", "greedy_correct"):
-        for arm in sorted({r["arm"] for r in runs}):
-            keys = [k for k in by if k[0] == arm]
-            row = {}
+        steps = [m for m in r["metrics"] if m.get("step", 0) > 0]
+        trained = sum(m.get("groups") or 0 for m in steps)
+        completions = sum(m.get("completions") or 0 for m in steps)
+        points = defaultdict(list)
+        for e in start.get(r["seed"], []) + [e for e in r["eval"] if e["step"] > 0]:
+            points[e.get("completions", 0) if e["step"] > 0 else 0].append(e)
+        last = max(points)
+        final[r["arm"], r["seed"]] = {e["id"]: (e["mean@4"], float(e["greedy_correct"])) for e in points[last]}
+        for c, es in sorted(points.items()):
+            curve[r["arm"]].append((c, r["seed"], statistics.mean(e["mean@4"] for e in es)))
+        row = out["arms"].setdefault(r["arm"], {"runs": []})
+        row["runs"].append({"seed": r["seed"], "steps": len(steps), "trained_groups": trained, "completions": completions,
+                            "completions_per_group": round(completions / trained, 2) if trained else None,
+                            "skipped_steps": sum(1 for m in steps if m.get("skipped")),
+                            "final_mean@4": round(statistics.mean(v[0] for v in final[r["arm"], r["seed"]].values()), 4),
+                            "final_greedy": round(statistics.mean(v[1] for v in final[r["arm"], r["seed"]].values()), 4),
+                            "curve": [(c, round(statistics.mean(e["mean@4"] for e in es), 4))
+                                      for c, es in sorted(points.items())]})
+    for row in out["arms"].values():
+        rs = row["runs"]
+        row["completions_per_group"] = round(sum(x["completions"] for x in rs) / max(1, sum(x["trained_groups"] for x in rs)), 2)
+        row["final_mean@4"] = round(statistics.mean(x["final_mean@4"] for x in rs), 4)
+        row["final_greedy"] = round(statistics.mean(x["final_greedy"] for x in rs), 4)
+    uni = out["arms"].get("uniform")
+    if uni:
+        target = uni["final_mean@4"]
+        for arm, row in out["arms"].items():
+            row["completions_per_group_vs_uniform"] = round(row["completions_per_group"] / uni["completions_per_group"], 3)
+            row["completions_to_uniform_final"] = _reach(curve[arm], target)
+    for arm in out["arms"]:
+        if arm == "uniform":
+            continue
+        seeds = sorted(s for (x, s) in final if x == arm and ("uniform", s) in final)
+        if not seeds:
+            continue
+        res: dict = {}
+        for mi, metric in enumerate(("mean@4", "greedy")):
             for lv in (*LEVELS, "all"):
-                ks = [k for k in keys if in_level(k, lv)]
-                if not ks:
+                ids = [i for i in final["uniform", seeds[0]] if lv == "all" or levels.get(i) == lv]
+                if not ids:
                     continue
-                before = statistics.mean(float(by[k][0][metric]) for k in ks)
-                after = statistics.mean(float(by[k][1][metric]) for k in ks)
-                diff = paired([float(by[k][1][metric]) - float(by[k][0][metric]) for k in ks])
-                row[lv] = f"{before:.3f} -> {after:.3f}  diff {_fmt(diff)}"
-            out["per_arm"].setdefault(arm, {})[metric] = row
-            if arm == "uniform":
-                continue
-            common = [k for k in keys if ("uniform", k[1], k[2]) in by]
-            if not common:
-                continue
-
-            d = {k: float(by[k][1][metric]) - float(by["uniform", k[1], k[2]][1][metric]) for k in common}
-            pooled, by_prompt, by_seed = {}, {}, {}
-            for lv in (*LEVELS, "all"):
-                ks = [k for k in common if in_level(k, lv)]
-                if not ks:
-                    continue
-                pooled[lv] = f"{_fmt(paired([d[k] for k in ks]))} over {len(ks)} (prompt, seed) pairs"
-                prompts: dict[str, list[float]] = defaultdict(list)
-                seeds: dict[int, list[float]] = defaultdict(list)
-                for k in ks:
-                    prompts[k[2]].append(d[k])
-                    seeds[k[1]].append(d[k])
-                few, most = min(map(len, prompts.values())), max(map(len, prompts.values()))
-                by_prompt[lv] = (f"{_fmt(paired([statistics.mean(v) for v in prompts.values()]))} over {len(prompts)} "
-                                 f"prompts ({few if few == most else f'{few}-{most}'} seeds averaged each)")
-                by_seed[lv] = {str(sd): round(statistics.mean(v), 3) for sd, v in sorted(seeds.items())}
-            out["vs_uniform"].setdefault(arm, {})[metric] = pooled
-            out["vs_uniform_by_prompt"].setdefault(arm, {})[metric] = by_prompt
-            out["vs_uniform_by_seed"].setdefault(arm, {})[metric] = by_seed
-    for r in runs:
-        out["per_run"].append({k: v for k, v in r.items() if k != "eval"})
+                per_prompt = [statistics.mean(final[arm, s][i][mi] - final["uniform", s][i][mi] for s in seeds)
+                              for i in ids]
+                res.setdefault(metric, {})[lv] = _fmt(paired(per_prompt)) + f" over {len(ids)} prompts, {len(seeds)} seeds"
+            res.setdefault("by_seed", {})[metric] = {
+                str(s): round(statistics.mean(final[arm, s][i][mi] - final["uniform", s][i][mi]
+                                              for i in final["uniform", s]), 4) for s in seeds}
+        out["vs_uniform"][arm] = res
     return out
+
+
+def _reach(points: list[tuple[int, int, float]], target: float) -> int | None:
+    """Completions at which the seed-averaged mean@4 curve first reaches ``target`` (linear between points)."""
+    by_c: dict = defaultdict(list)
+    for c, _, v in points:
+        by_c[c].append(v)
+    xs = sorted(by_c)
+    ys = [statistics.mean(by_c[c]) for c in xs]
+    for i, (x, y) in enumerate(zip(xs, ys, strict=True)):
+        if y >= target - 1e-12:
+            if i == 0:
+                return x
+            x0, y0 = xs[i - 1], ys[i - 1]
+            return round(x0 + (target - y0) / (y - y0) * (x - x0)) if y != y0 else x
+    return None
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--arms", default="curriculum,uniform,solved")
+    ap.add_argument("--family", choices=("ladder", "rg"))
+    ap.add_argument("--data", help="the family's working folder (sets, scored pool, runs)")
+    ap.add_argument("--arms", default=",".join(ARMS))
     ap.add_argument("--seeds", default="0,1,2")
-    ap.add_argument("--steps", type=int, default=15)
-    ap.add_argument("--prompts", type=int, default=4)
-    ap.add_argument("--group", type=int, default=8)
+    ap.add_argument("--jobs", type=int, default=1, help="runs at once (each gets cores / jobs threads)")
+    ap.add_argument("--budget", type=int, default=1280, help="completions each run generates (dropped groups counted)")
+    ap.add_argument("--evals", type=int, default=2, help="held-out evaluations along the budget (at budget / evals, ...)")
     ap.add_argument("--max-tokens", type=int, default=128)
-    ap.add_argument("--lr", type=float, default=1e-5)
-    ap.add_argument("--k", type=int, default=8, help="samples per training problem for the difficulty estimate")
-    ap.add_argument("--held-per-level", type=int, default=24)
-    ap.add_argument("--train-per-level", type=int, default=56)
+    ap.add_argument("--k", type=int, default=8, help="samples per training problem for the offline estimate")
+    ap.add_argument("--held-per-level", type=int, default=40)
+    ap.add_argument("--train-per-level", type=int, default=60)
     ap.add_argument("--data-seed", type=int, default=3)
-    ap.add_argument("--data", help="internal: a prepared data folder")
+    ap.add_argument("--save-every", type=int, default=4, help="checkpoint every N steps (a stopped run resumes there)")
+    ap.add_argument("--prepare-only", action="store_true", help="make the sets and the offline estimate, run nothing")
     ap.add_argument("--one", help="internal: ARM:SEED")
-    ap.add_argument("--collect", help="RUN_FOLDER:ARM:SEED: file a finished run's figures into DATA/results")
+    ap.add_argument("--report", nargs="*", help="family folders to report on")
+    ap.add_argument("--keep", help="copy each run's metrics.jsonl and eval.jsonl here (per family)")
     ap.add_argument("--json")
     a = ap.parse_args()
     if a.one:
         arm, seed = a.one.split(":")
-        print("RESULT " + json.dumps(one(a, arm, int(seed), Path(a.data))), flush=True)
+        one(a, arm, int(seed), Path(a.data))
         return
-    d = Path(a.data) if a.data else Path(tempfile.mkdtemp(prefix="gradus-learn-data-"))
-    (d / "results").mkdir(parents=True, exist_ok=True)
-    if a.collect:
-        run, arm, seed = a.collect.split(":")
-        (d / "results" / f"{arm}_{seed}.json").write_text(json.dumps(summarise(Path(run), arm, int(seed))))
+    if a.report is not None:
+        figs = {}
+        for folder in map(Path, a.report):
+            fig = report(folder)
+            figs[fig["data"]["family"]] = fig
+            if a.keep:
+                dest = Path(a.keep) / fig["data"]["family"]
+                for run in (folder / "runs").glob("*_*"):
+                    if (run / "DONE").exists():
+                        (dest / run.name).mkdir(parents=True, exist_ok=True)
+                        for name in ("metrics.jsonl", "eval.jsonl"):
+                            shutil.copy(run / name, dest / run.name / name)
+        setting = {**SETTING, "budget": a.budget, "evals": a.evals, "estimate_k": a.k}
+        print(json.dumps({"setting": setting, **figs}, indent=2))
+        if a.json:
+            Path(a.json).write_text(json.dumps({"setting": setting, **figs}, indent=2) + "\n")
         return
+    if not a.family or not a.data:
+        ap.error("--family and --data (or --report)")
+    d = Path(a.data)
+    d.mkdir(parents=True, exist_ok=True)
     if not (d / "sets.json").exists():
-        sets = make_sets(d, a)
+        for sub in ("src", "rg", "held_in", "train_in", "scored", "kimi"):
+            shutil.rmtree(d / sub, ignore_errors=True)  # a preparation cut short starts over
+        sets = prepare(a.family, d, a)
         (d / "sets.json").write_text(json.dumps(sets))
     sets = json.loads((d / "sets.json").read_text())
     print(json.dumps({k: v for k, v in sets.items() if k != "levels"}), flush=True)
-    runs = []
-    # seed by seed, every arm in turn: a run cut short still leaves comparable arms; finished runs are kept in
-    # DATA/results and not run again
-    for seed in map(int, a.seeds.split(",")):
-        for arm in a.arms.split(","):
-            done = d / "results" / f"{arm}_{seed}.json"
-            if done.exists():
-                runs.append(json.loads(done.read_text()))
-                continue
-            cmd = [sys.executable, __file__, "--one", f"{arm}:{seed}", "--data", str(d), "--steps", str(a.steps),
-                   "--prompts", str(a.prompts), "--group", str(a.group), "--max-tokens", str(a.max_tokens), "--lr", str(a.lr)]
-            p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
-            line = [x for x in p.stdout.splitlines() if x.startswith("RESULT ")]
-            if not line:
-                print(p.stdout[-3000:], p.stderr[-3000:], file=sys.stderr)
-                raise SystemExit(f"{arm} seed {seed} failed")
-            runs.append(json.loads(line[-1][7:]))
-            done.write_text(json.dumps(runs[-1]))
-            print(json.dumps({k: v for k, v in runs[-1].items() if k != "eval"}), flush=True)
-    fig = {"setting": {"steps": a.steps, "prompts_per_step": a.prompts, "group": a.group, "max_tokens": a.max_tokens,
-                       "lr": a.lr, "preset": "dapo", "template": "fewshot", "estimate_k": a.k},
-           "data": {k: v for k, v in sets.items() if k != "levels"}, **report(runs, sets["levels"], a.steps)}
-    print(json.dumps(fig, indent=2))
-    if a.json:
-        Path(a.json).write_text(json.dumps({**fig, "runs": runs}, indent=2))
+    if a.prepare_only:
+        return
+    run_all(a, d)
+    print(json.dumps(report(d), indent=2))
 
 
 if __name__ == "__main__":
