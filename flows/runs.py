@@ -13,16 +13,15 @@
 
 from __future__ import annotations
 
-import fcntl
 import json
 import logging
 import os
-import socket
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
 from curate.core.errors import GradusError
+from curate.core.locks import FolderLock
+from curate.core.locks import now as _now
 
 log = logging.getLogger(__name__)
 FLOW_MARKER = ".gradus-flow.json"  # this folder is a gradus flow's output
@@ -57,70 +56,14 @@ def claim(out: Path) -> None:
         marker.write_text(json.dumps({"kind": "gradus-flow", "created": _now()}) + "\n")
 
 
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds")
+class FlowLock(FolderLock):
+    """The run's hold on its output folder (see the module's docstring and ``curate.core.locks``)."""
 
-
-class FlowLock:
-    """The run's hold on its output folder (see the module's docstring). ``acquire`` returns the record of a run that
-    died holding it (or None); ``update`` adds what is known once the run has started; ``release`` clears it."""
+    error = FlowFolderError
+    hint = "wait for it, or use another --out"
 
     def __init__(self, out: Path):
-        self.path = Path(out) / LOCK
-        self.fd: int | None = None
-        self.crashed: dict | None = None  # what ``acquire`` found, for whoever settles it
-
-    def acquire(self) -> dict | None:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as e:
-            if not isinstance(e, BlockingIOError):
-                os.close(fd)
-                raise
-            holder = _read(fd)
-            os.close(fd)
-            who = "another run"
-            if holder:
-                who = (f"pid {holder.get('pid')} on {holder.get('host')}, started {holder.get('started')}"
-                       + (f", flow run {holder['flow_run_name']}" if holder.get("flow_run_name") else ""))
-            raise FlowFolderError(f"{self.path.parent} is in use by {who}: wait for it, or use another --out") from None
-        self.fd = fd
-        self.crashed = _read(fd) or None  # a record left in an unheld lock: that run died before it finished
-        self.update({"pid": os.getpid(), "host": socket.gethostname(), "started": _now()}, replace=True)
-        return self.crashed
-
-    def update(self, info: dict, replace: bool = False) -> None:
-        assert self.fd is not None, "update before acquire"
-        record = {} if replace else (_read(self.fd) or {})
-        record.update(info)
-        data = (json.dumps(record) + "\n").encode()
-        os.ftruncate(self.fd, 0)
-        os.pwrite(self.fd, data, 0)
-        os.fsync(self.fd)
-
-    def release(self) -> None:
-        if self.fd is None:
-            return
-        os.ftruncate(self.fd, 0)  # an empty lock file: the last run finished
-        fcntl.flock(self.fd, fcntl.LOCK_UN)
-        os.close(self.fd)
-        self.fd = None
-
-    def __enter__(self) -> FlowLock:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.release()
-
-
-def _read(fd: int) -> dict:
-    try:
-        raw = os.pread(fd, 1 << 16, 0)
-        d = json.loads(raw) if raw.strip() else {}
-    except (OSError, ValueError):
-        return {}
-    return d if isinstance(d, dict) else {}
+        super().__init__(Path(out) / LOCK)
 
 
 def settle_crashed(out: Path, record: dict, current_run: str | None = None) -> dict:

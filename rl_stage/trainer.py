@@ -379,12 +379,24 @@ class Trainer:
         random.seed(cfg.seed)
         np.random.seed(cfg.seed)
         torch.manual_seed(cfg.seed)
-        self.out.mkdir(parents=True, exist_ok=True)
+        from rl_stage import run_folder
+
+        self._lock = None
+        if self.main:  # the folder's rules (rl_stage.run_folder): checked and held before anything is written
+            run_folder.check(self.out, self.resume)
+            if self.resume:
+                diff = run_folder.changed(self.out, asdict(cfg))
+                if diff:
+                    raise TrainError(f"--resume with other settings than the run in {self.out} ({'; '.join(diff)}): they "
+                                     "would change what its checkpoint continues; use another out folder")
+            self._lock = run_folder.claim(self.out)
+        self._barrier()  # rank 0 has checked and claimed the folder
         ckpt = self._latest_checkpoint() if self.resume else None
         if self.resume and ckpt is None:
             log.warning("no complete checkpoint in %s: starting from step 0", self.out / "checkpoints")
-        if not self.resume and (self.out / "metrics.jsonl").exists():
-            raise TrainError(f"{self.out} already holds a run: use --resume to continue it, or another out folder")
+            if self.main:  # what the run logged before it died belongs to steps that run again
+                for name in ("metrics.jsonl", "eval.jsonl"):
+                    (self.out / name).unlink(missing_ok=True)
         self._barrier()  # every rank has looked before rank 0 writes
         path, self.model_name = resolve_model(cfg.model)
         load_from = str(ckpt) if ckpt else path
@@ -988,10 +1000,10 @@ class Trainer:
 
     def run(self, stop_after: int | None = None, progress: bool = True) -> list[dict]:
         """Train until ``cfg.steps`` (or ``stop_after`` more steps, for tests); returns this call's metrics."""
-        self.setup()
-        progress = progress and self.main
-        out = []
+        out: list[dict] = []
         try:
+            self.setup()
+            progress = progress and self.main
             if self.step == 0 and self.eval_prompts and self.cfg.eval_at_start:
                 m = {"step": 0, "completions_total": 0, **self.evaluate()}
                 self._log(m)
@@ -1025,9 +1037,12 @@ class Trainer:
                 if self.step % self.cfg.save_every == 0 or self.step == end or last:
                     self.save()
         finally:
-            self.grader.close()
-            if self._tb is not None:
-                self._tb.close()
+            for part in (getattr(self, "grader", None), getattr(self, "_tb", None)):
+                if part is not None:
+                    part.close()
+            lock = getattr(self, "_lock", None)
+            if lock is not None:
+                lock.release()
         return out
 
     def _budget_spent(self) -> bool:

@@ -9,6 +9,7 @@ batch; ``parts`` (estimation) and ``folder`` (export) stages call ``begin`` and 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -16,7 +17,7 @@ import re
 import shutil
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -149,11 +150,12 @@ class StageError(GradusError):
 MARKER = ".gradus-stage.json"  # written before any data: this folder is a gradus stage output (maybe unfinished)
 # what a stage output folder may hold, by output kind; anything else is a user's and stops the run
 _CARD = {"README.md", "card.json", "plots"}  # a data card of the output (data_cards), rebuilt with it
+LOCK = ".gradus-stage.lock"  # held (flock) by the stage run writing the folder (curate.core.locks)
 _OWN = {
-    "shards": {MANIFEST, MARKER, "kept", "rejected", "work", *_CARD},  # work: dedup's on-disk files, until done
+    "shards": {MANIFEST, MARKER, LOCK, "kept", "rejected", "work", *_CARD},  # work: dedup's on-disk files, until done
     # run.json: gradus 0.1's marker; prior.json (and its lock): an adaptive run's fitted prior, kept when resuming
-    "parts": {MANIFEST, MARKER, "kept", "rejected", "responses", "run.json", "prior.json", ".prior.lock", *_CARD},
-    "folder": {MANIFEST, MARKER, "data", "selection_report.json", *_CARD},
+    "parts": {MANIFEST, MARKER, LOCK, "kept", "rejected", "responses", "run.json", "prior.json", ".prior.lock", *_CARD},
+    "folder": {MANIFEST, MARKER, LOCK, "data", "selection_report.json", *_CARD},
 }
 
 
@@ -162,6 +164,31 @@ _STAGE_PART = re.compile(r"stage_\d+_[A-Za-z0-9_.-]+$")
 _INSIDE = {"kept": (".parquet", ".tmp"), "rejected": (".parquet", ".tmp"), "responses": (".parquet", ".tmp"),
            "plots": (".png",), "data": (".parquet", ".jsonl", ".arrow", ".json", ".tmp"),
            "work": (".npy", ".bin", ".arrow", ".parquet", ".json", ".tmp")}
+# the shard folders hold only shards by gradus's own names (shards.ShardWriter, the estimate's parts): a user's
+# ``kept/mine.parquet`` is theirs, and stops the run instead of being deleted with the folder
+_SHARD_NAME = re.compile(r"(?:shard|part)_\d{5,6}\.parquet(?:\.tmp)?$")
+_NAMED = {"kept", "rejected", "responses"}
+
+
+def _inside_ok(folder: str, f: Path) -> bool:
+    if not f.is_file() or f.is_symlink():
+        return False
+    return bool(_SHARD_NAME.match(f.name)) if folder in _NAMED else f.name.endswith(_INSIDE[folder])
+
+
+def foreign_entries(kind: str, out: Path) -> list[str]:
+    """What in a stage output folder gradus did not write, as paths relative to it (files inside the folders it owns
+    named one by one)."""
+    found = []
+    for e in sorted(out.iterdir()):
+        if _owned(kind, e.name, e):
+            continue
+        base = e.name[: -len(".tmp")] if e.name.endswith(".tmp") else e.name
+        if base in _OWN[kind] and base in _INSIDE and e.is_dir() and not e.is_symlink():
+            found += [f"{e.name}/{f.name}" for f in sorted(e.iterdir()) if not _inside_ok(base, f)]
+        else:
+            found.append(e.name)
+    return found
 
 
 def _owned(kind: str, name: str, path: Path | None = None) -> bool:
@@ -170,8 +197,10 @@ def _owned(kind: str, name: str, path: Path | None = None) -> bool:
         return path is None or _only(path, ("part.json", MANIFEST), "data")  # manifest.json: gradus 0.1's part file
     if base not in _OWN[kind]:
         return False
+    if path is not None and path.is_symlink():
+        return False
     if path is not None and path.is_dir():
-        return base in _INSIDE and all(f.is_file() and f.name.endswith(_INSIDE[base]) for f in path.iterdir())
+        return base in _INSIDE and all(_inside_ok(base, f) for f in path.iterdir())
     return path is None or not path.is_dir()
 
 
@@ -260,7 +289,7 @@ class Runner:
             raise StageError(f"--out {self.out} is a file or a link: give a folder")
         if not self.out.is_dir():
             return
-        entries = sorted(e.name for e in self.out.iterdir())
+        entries = sorted(e.name for e in self.out.iterdir() if not (e.name == LOCK and e.is_file()))
         if entries == [MARKER + ".tmp"] and (self.out / entries[0]).is_file():
             # a run killed while it claimed this folder: the marker is the first thing written and nothing else was;
             # writing the marker again overwrites the temporary file and renames it
@@ -274,7 +303,7 @@ class Runner:
         if prev.get("stage") != self.kind:
             raise StageError(f"--out {self.out} holds a {prev.get('stage')} stage output, not {self.kind}: choose another "
                              "folder")
-        foreign = [e for e in entries if not _owned(STAGE_KINDS[self.kind].output, e, self.out / e)]
+        foreign = foreign_entries(STAGE_KINDS[self.kind].output, self.out)
         if foreign:
             raise StageError(f"--out {self.out} also holds files gradus did not write ({', '.join(foreign[:5])}); "
                              "move them away or choose another folder")
@@ -300,7 +329,9 @@ class Runner:
         return d
 
     def previous(self) -> Manifest | None:
-        """The complete output already there for this identity, or None (the stage must run)."""
+        """The complete output already there for this identity, or None (the stage must run). A folder that may not be
+        written (``check_output``: a user's files in it, another stage's output) is refused here already."""
+        self.check_output()
         if self.force:
             return None
         try:
@@ -329,10 +360,28 @@ class Runner:
                 return f"{p} does not hash as its manifest says"
         if STAGE_KINDS[self.kind].output != "folder":
             listed = {rec["path"] for rec in m.kept_shards}
-            extra = [p.name for p in (self.out / "kept").glob("*.parquet") if p.name not in listed]
+            extra = [p.name for p in (self.out / "kept").glob("*.parquet") if p.name not in listed]  # gradus's own names
             if extra:
                 return f"kept/ holds shards its manifest does not list ({', '.join(extra[:3])})"
         return None
+
+    @contextlib.contextmanager
+    def hold(self) -> Iterator[None]:
+        """One writer per output folder: after ``check_output`` (nothing written yet), the folder is made and its lock
+        taken for the whole run; a second run on it refuses at once, naming the holder."""
+        from curate.core.locks import FolderLock
+
+        self.check_output()
+        self.out.mkdir(parents=True, exist_ok=True)
+        lock = FolderLock(self.out / LOCK)
+        lock.error = StageError
+        lock.hint = "wait for it to finish, or use another --out"
+        lock.acquire()
+        lock.update({"command": f"gradus {self.kind}"})
+        try:
+            yield
+        finally:
+            lock.release()
 
     def resumable(self) -> bool:
         """Whether the folder holds an unfinished run of this same identity (``parts`` stages resume it)."""
@@ -357,7 +406,7 @@ class Runner:
             for e in list(self.out.iterdir()) if self.out.is_dir() else []:
                 if e.name == "work" and same_run:
                     continue  # a stage's own scratch files of this same identity: it resumes from them
-                if e.name != MARKER and _owned(STAGE_KINDS[self.kind].output, e.name, e):
+                if e.name not in (MARKER, LOCK) and _owned(STAGE_KINDS[self.kind].output, e.name, e):
                     shutil.rmtree(e) if e.is_dir() and not e.is_symlink() else e.unlink()
         self.out.mkdir(parents=True, exist_ok=True)
         for tmp in self.out.glob("*/*.tmp"):
@@ -404,19 +453,21 @@ class Runner:
         if done is not None:
             log.info("%s: complete output found in %s, nothing to do", self.kind, self.out)
             return done
-        self.begin()
-        run = StageRun(self.kind, self.out, rows_per_shard)
-        try:
-            body(run)
-            # the writers' threads may still hold the last batches: an error there surfaces here, and aborts too
-            kept_shards, rej_shards = run.kept.close(), run.rejected.close()
-        except BaseException:
-            run.kept.abort()
-            run.rejected.abort()
-            raise
-        stats = {**run.extra, "signals": dict(run.signals), "timings": {k: round(v, 3) for k, v in run.timings.items()}}
-        return self.finish(run.rows_in, kept_shards, rej_shards, dict(run.reasons), run.by_source, stats,
-                           expected_rows_in=expected_rows_in)
+        with self.hold():
+            self.begin()
+            run = StageRun(self.kind, self.out, rows_per_shard)
+            try:
+                body(run)
+                # the writers' threads may still hold the last batches: an error there surfaces here, and aborts too
+                kept_shards, rej_shards = run.kept.close(), run.rejected.close()
+            except BaseException:
+                run.kept.abort()
+                run.rejected.abort()
+                raise
+            stats = {**run.extra, "signals": dict(run.signals),
+                     "timings": {k: round(v, 3) for k, v in run.timings.items()}}
+            return self.finish(run.rows_in, kept_shards, rej_shards, dict(run.reasons), run.by_source, stats,
+                               expected_rows_in=expected_rows_in)
 
 
 def run_stage(kind: str, out: Path, inputs: list[dict], config: dict, body: Callable[[StageRun], None],

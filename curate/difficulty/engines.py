@@ -213,6 +213,7 @@ class VLLMSampler(Sampler):
             if colocate:  # TRL colocate: vLLM's memory profiler reads its default (larger) batch as the need
                 kwargs["max_num_batched_tokens"] = 4096
         kwargs.update(engine_kwargs)
+        _vars_safe_llvmlite()
         try:
             self.llm = LLM(**kwargs)
         except Exception as e:
@@ -334,6 +335,19 @@ def _vllm_version() -> str:
     except ImportError:
         return "vllm, not importable here"
     return "vllm " + str(getattr(vllm, "__version__", "of unknown version"))
+
+
+def _vars_safe_llvmlite() -> None:
+    """Let vLLM start in a process that has loaded numba. At its start vLLM calls ``vars()`` on every object of every
+    loaded module (``register_triton_kernel_overrides``); llvmlite's ``binding.ffi.lib`` (numba loads it: dedup's
+    kernels) answers ``vars()`` with one of its function wrappers, and vLLM fails with "'_lib_fn_wrapper' object has
+    no attribute 'get'": a served flow that had deduplicated before it estimated failed in every run. The library
+    looks attributes up in its function table first, so an empty ``__dict__`` entry there is what ``vars()`` gets."""
+    import sys
+
+    table = getattr(getattr(sys.modules.get("llvmlite.binding.ffi"), "lib", None), "_fntab", None)
+    if isinstance(table, dict):
+        table["__dict__"] = {}
 
 
 def _in_process_engine() -> None:

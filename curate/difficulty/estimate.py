@@ -409,12 +409,15 @@ class Estimator:
         return runner, done_before
 
     def run(self, force: bool = False) -> Manifest:
-        runner, done_before = self._claim(force)
+        runner = self._runner(force)
+        done_before = runner.previous()
         if done_before is not None:
             return done_before
-        done = self._done()
-        self._generate(done)
-        return self._finish(runner, len(done))
+        with runner.hold():  # one writer per folder (curate.core.runner)
+            runner.begin(keep_parts=True)
+            done = self._done()
+            self._generate(done)
+            return self._finish(runner, len(done))
 
     # ---- one run split into shares (the flow fans them out, one engine each) -------------------------
     def begin(self, force: bool = False) -> Manifest | None:

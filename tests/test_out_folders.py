@@ -1,0 +1,142 @@
+"""gradus writes only into folders that are empty or its own, never deletes a file it did not write, and lets one
+writer at a time into a folder: stages, the trainer, the flow. Each case is one a careless user met (issue 45)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from dataclasses import asdict
+
+import pytest
+
+from curate.core.runner import StageError
+from curate.pipeline import ingest
+from flows.cli import main
+
+
+def test_a_users_file_inside_a_stage_folder_is_refused_and_left_where_it_is(tmp_path, capsys):
+    out = tmp_path / "ing"
+    ingest("synthetic:n=20", out)
+    mine = out / "kept" / "user_extra.parquet"
+    mine.write_bytes((out / "kept" / "shard_00000.parquet").read_bytes())
+    theirs = out / "rejected"
+    theirs.mkdir(exist_ok=True)
+    (theirs / "keepme.parquet").write_bytes(b"not a shard")
+    for force in (False, True):
+        with pytest.raises(StageError, match=r"holds files gradus did not write \(kept/user_extra.parquet, "
+                                             r"rejected/keepme.parquet\)"):
+            ingest("synthetic:n=20", out, force=force)
+    assert mine.is_file() and (theirs / "keepme.parquet").is_file()
+    assert main(["ingest", "synthetic:n=21", "--out", str(out)]) == 2
+    assert "kept/user_extra.parquet" in capsys.readouterr().err and mine.is_file()
+
+
+def test_two_stage_commands_on_one_folder_one_refuses_naming_the_holder(tmp_path):
+    out = tmp_path / "busy"
+    cmd = [sys.executable, "-m", "flows.cli", "ingest", "synthetic:n=400000", "--out", str(out)]
+    first = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for _ in range(600):  # until the first one holds the folder
+        if (out / ".gradus-stage.lock").exists() and (out / ".gradus-stage.lock").stat().st_size:
+            break
+        time.sleep(0.05)
+    second = subprocess.run(cmd, capture_output=True, text=True)
+    assert first.wait(timeout=300) == 0
+    assert second.returncode == 2
+    assert f"is in use by pid {first.pid}" in second.stderr and "(gradus ingest)" in second.stderr
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["rows_kept"] == 400_023  # the first run's output is whole
+    assert main(["filter", str(out), "--out", str(tmp_path / "f")]) == 0  # and reads
+
+
+def _train_cfg(tmp_path, **kw):
+    from rl_stage.trainer import TrainConfig
+
+    return TrainConfig(data=[str(tmp_path / "data")], out=str(tmp_path / "run"), **kw)
+
+
+def test_the_trainer_refuses_a_users_folder_and_a_resume_with_other_settings(tmp_path):
+    from rl_stage import run_folder
+    from rl_stage.run_folder import RunFolderError
+
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".bashrc").write_text("alias ll='ls -l'\n")
+    with pytest.raises(RunFolderError, match=r"holds files gradus did not write \(.bashrc, .ssh\)"):
+        run_folder.check(home, resume=False)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "config.json").write_text('{"my": "settings"}')
+    (mine / "metrics.jsonl").write_text('{"acc": 1}\n')
+    for resume in (False, True):  # following the old hint (--resume) no longer overwrites them
+        with pytest.raises(RunFolderError, match="holds files gradus did not write"):
+            run_folder.check(mine, resume=resume)
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "empty", target_is_directory=True)
+    with pytest.raises(RunFolderError, match="is a file or a link"):
+        run_folder.check(link, resume=False)
+    # a run's own folder: resuming with another lr or group size is refused; more steps are fine
+    run = tmp_path / "run"
+    cfg = _train_cfg(tmp_path, lr=1e-5, group_size=8, steps=4)
+    run_folder.claim(run).release()
+    (run / "config.json").write_text(json.dumps({**asdict(cfg), "resolved": {}}, default=str))
+    (run / "metrics.jsonl").write_text('{"step": 1}\n')
+    with pytest.raises(RunFolderError, match="already holds a run: use --resume"):
+        run_folder.check(run, resume=False)
+    run_folder.check(run, resume=True)
+    other = asdict(_train_cfg(tmp_path, lr=2e-5, group_size=4, steps=8))
+    assert run_folder.changed(run, other) == ["group_size 8 -> 4", "lr 1e-05 -> 2e-05"]
+    assert run_folder.changed(run, asdict(_train_cfg(tmp_path, lr=1e-5, group_size=8, steps=8))) == []
+    (run / "notes.txt").write_text("mine")
+    with pytest.raises(RunFolderError, match=r"also holds files gradus did not write \(notes.txt\)"):
+        run_folder.check(run, resume=True)
+
+
+def test_the_trainer_folder_is_held_by_one_run(tmp_path):
+    from rl_stage import run_folder
+    from rl_stage.run_folder import RunFolderError
+
+    lock = run_folder.claim(tmp_path / "run")
+    code = ("from rl_stage import run_folder; import sys\n"
+            f"try:\n    run_folder.claim(__import__('pathlib').Path({str(tmp_path / 'run')!r}))\n"
+            "except run_folder.RunFolderError as e:\n    print(e); sys.exit(3)\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert p.returncode == 3 and "in use by pid" in p.stdout and "(gradus train)" in p.stdout
+    lock.release()
+    assert isinstance(RunFolderError("x"), Exception)
+
+
+def test_vllm_starts_in_a_process_that_loaded_numba():
+    """A served flow dedups (numba loads llvmlite) and then estimates in the same process: vLLM's start calls vars() on
+    every module's objects, and llvmlite's library object answered with a function wrapper, failing every run."""
+    pytest.importorskip("vllm")
+    code = ("import numba, llvmlite.binding.ffi  # what dedup's kernels load\n"
+            "from curate.difficulty.engines import SamplingConfig, VLLMSampler\n"
+            "from curate.difficulty.models import resolve_model\n"
+            "path, name = resolve_model(None)\n"
+            "s = VLLMSampler(path, SamplingConfig(k=1, max_tokens=4, temperature=0.0), model_name=name)\n"
+            "print('started', s.model_name)\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "started" in p.stdout
+
+
+@pytest.mark.engine
+def test_a_run_killed_before_its_first_checkpoint_resumes_from_step_0_with_clean_logs(tmp_path):
+    pytest.importorskip("transformers")
+    from conftest import write_easy_sums
+
+    from curate.select.export import ExportConfig, export
+    from rl_stage.trainer import TrainConfig, Trainer
+
+    export([write_easy_sums(tmp_path / "scored")], tmp_path / "data", ExportConfig())
+    cfg = TrainConfig(data=[str(tmp_path / "data")], out=str(tmp_path / "run"), rollout_backend="hf", preset="dr_grpo",
+                      prompts_per_step=2, group_size=2, max_tokens=8, steps=2, save_every=10, seed=1)
+    Trainer(cfg).run(stop_after=1, progress=False)
+    import shutil
+
+    shutil.rmtree(tmp_path / "run" / "checkpoints")  # as if killed after step 1, before its checkpoint landed
+    Trainer(cfg, resume=True).run(progress=False)
+    steps = [json.loads(x)["step"] for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2]  # step 1 once, not twice
