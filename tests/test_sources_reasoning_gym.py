@@ -31,7 +31,7 @@ def test_a_task_is_ingested_as_rows_with_exact_answers_the_same_every_time(tmp_p
     rows = read_table(tmp_path / "a" / "kept").to_pylist()
     for r in rows:  # "State the final answer to the following arithmetic problem: 4 + 6 ="
         expr = r["problem"].rsplit(":", 1)[1].strip().rstrip("=").strip()
-        assert str(eval(expr)) == r["answer"]  # noqa: S307 - two one-digit terms and + or -
+        assert str(eval(expr)) == r["answer"]
         assert (r["source"], r["level"], r["subject"]) == ("rg", "1", "chain_sum")
     assert sorted(r["source_id"] for r in rows) == [f"rg-chain_sum-{i}" for i in range(40, 46)]
     ingest(SPEC, tmp_path / "b", source_name="rg")
