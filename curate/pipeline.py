@@ -174,14 +174,21 @@ def ingest(
         inputs = [{"source": spec, "fingerprint": file_fingerprint(spec)}]
     from curate.sources.readers import source_root
 
-    if source_root(spec) is not None:  # a folder or a glob: how many files the fingerprint covers
-        from curate.sources.readers import source_files
+    skipped: dict[str, str] = {}
+    if source_root(spec) is not None:  # a folder or a glob: how many files the fingerprint covers, and what it skips
+        from curate.sources.readers import skipped_files, source_files
 
         inputs[0]["files"] = len(source_files(spec))
+        skipped = skipped_files(spec)
+        for name, why in list(skipped.items())[:5]:
+            log.warning("%s: not read: %s (%s)", spec, name, why)
     local = Path(spec)
 
     def body(run: StageRun) -> None:
         from curate.difficulty.grading import GradingPool
+
+        if skipped:
+            run.extra["files_not_read"] = skipped
 
         pool = GradingPool(timeout_s=5)  # started only if a solution boxes several different answers
         try:

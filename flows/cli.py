@@ -110,7 +110,7 @@ def cmd_demo(a: argparse.Namespace) -> None:
         cfg = dataclasses.replace(cfg, difficulty=None, export=None)
     elif a.estimate_rows is not None and cfg.difficulty is not None:
         cfg = dataclasses.replace(cfg, difficulty=dataclasses.replace(cfg.difficulty, limit=a.estimate_rows))
-    _run_flow(cfg, Path(a.out).resolve(), progress=not a.no_progress)
+    _run_flow(cfg, Path(os.path.abspath(a.out)), progress=not a.no_progress)  # a link stays a link, and is refused
 
 
 def _quiet_prefect(a: argparse.Namespace) -> None:
@@ -342,7 +342,7 @@ def cmd_flow(a: argparse.Namespace) -> None:
         for i, step in enumerate(cfg.plan(), 1):
             print(f"{i}. {step}")
         return
-    out = Path(a.out).resolve()
+    out = Path(os.path.abspath(a.out))  # not resolved: a link stays a link, and is refused
     if a.action == "run":
         _run_flow(cfg, out, progress=not a.no_progress)
     else:  # serve: a deployment on a schedule, served from this process (Prefect's serve)
@@ -356,7 +356,7 @@ def cmd_flow(a: argparse.Namespace) -> None:
                               "`prefect server start` and set PREFECT_API_URL=http://127.0.0.1:4200/api (the embedded "
                               "server of `gradus flow run` stops with its run)")
         cfg.plan()
-        claim(out)
+        claim(out, cfg.local_sources())
         print(f"serving {a.name} on cron {a.cron!r} (UTC) into {out}; runs appear in the UI of "
               f"{get_current_settings().api.url.removesuffix('/api')}", flush=True)
         build_flow(cfg).serve(name=a.name, cron=a.cron, parameters={"out": str(out)})

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from curate.core.config import ConfigError, _coerce, _hints, check_choice, check_keys, from_dict, load_file
-from curate.core.errors import GradusError
+from curate.core.errors import GradusError, SourceError
 from curate.difficulty.estimate import EstimateConfig
 from curate.pipeline import CurateConfig
 from curate.select.export import ExportConfig
@@ -106,6 +106,10 @@ class FlowConfig:
     @property
     def card_name(self) -> str | None:
         return self.card.name if isinstance(self.card, CardConfig) else None
+
+    def local_sources(self) -> list[str]:
+        """The specs of the sources that read files here (an output folder may not lie inside one)."""
+        return [s.spec for s in self.curate.sources]
 
     def plan(self) -> list[str]:
         """What the flow will do, one line a step; checks sources and benchmarks first (raises on a problem)."""
@@ -445,7 +449,7 @@ def build_flow(cfg: FlowConfig, api_url: str | None = None, progress: bool = Fal
         root = Path(out)
         held = _HELD.get(str(root.resolve()))  # run_flow took the lock; a served or deployed run takes its own
         if held is None:
-            claim(root)
+            claim(root, cfg.local_sources())
         lock = held or FlowLock(root)
         crashed = held.crashed if held is not None else lock.acquire()
         try:
@@ -462,7 +466,11 @@ def build_flow(cfg: FlowConfig, api_url: str | None = None, progress: bool = Fal
             with _RunLogs(info["flow_run_id"]):
                 if crashed:
                     info["previous_run_crashed"] = settle_crashed(root, crashed, info["flow_run_id"])
-                summary = _pipeline(cfg, tasks, root, run, info, progress, get_run_logger())
+                try:
+                    summary = _pipeline(cfg, tasks, root, run, info, progress, get_run_logger())
+                except GradusError as e:  # bad input: the run fails with its one line, not a traceback
+                    get_run_logger().error("%s", e)
+                    return Failed(message=str(e), data={"error": str(e), "error_type": type(e).__name__})
         finally:
             if held is None:
                 lock.release()
@@ -500,7 +508,7 @@ def _pipeline(cfg: FlowConfig, tasks: dict, root: Path, run: Path, info: dict, p
             missing.append({"source": s.spec, "error": msg[:500]})
             log.error("source %s could not be read: %s", s.spec, msg)
     if not ingested:
-        raise RuntimeError(f"no source could be read: {missing}")
+        raise SourceError("no source could be read: " + "; ".join(f"{m['source']}: {m['error']}" for m in missing))
     summary: dict = {"run": run.name, **{k: v for k, v in info.items() if k != "run_folder"}, "ingest": ingested,
                      "missing_sources": missing, "failed_stages": {}, "stages": {}}
     ran = [r["folder"] for r in ingested]
@@ -599,7 +607,7 @@ def run_flow(cfg: FlowConfig, out: Path, progress: bool = False) -> dict:
     (the card of the stages that ran is written); any other failure raises."""
     cfg.plan()  # sources, benchmarks and settings checked before any task runs
     out = Path(out)
-    claim(out)  # checks the folder (flows.runs.check_out) before anything is written
+    claim(out, cfg.local_sources())  # checks the folder (flows.runs.check_out) before anything is written
     lock = FlowLock(out)
     lock.acquire()  # a run that died holding this folder is settled by the flow, which knows the server
     key = str(out.resolve())
@@ -640,7 +648,13 @@ def _result(state) -> dict:
     data = state.result(raise_on_failure=False)
     if state.is_failed() and isinstance(data, dict) and data.get("failed_stages"):
         return data
+    if state.is_failed() and isinstance(data, dict) and data.get("error"):
+        raise FlowError(data["error"])
     return state.result()
+
+
+class FlowError(GradusError):
+    """A flow run that failed on bad input (its one-line reason)."""
 
 
 def _deployment_entrypoint():

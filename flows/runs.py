@@ -34,11 +34,18 @@ class FlowFolderError(GradusError):
     """An output folder the flow will not write into, or one another run holds."""
 
 
-def check_out(out: Path) -> None:
-    """Refuse an ``--out`` that is a file, a link, or a folder holding files a gradus flow did not write."""
+def check_out(out: Path, sources: list[str] = ()) -> None:
+    """Refuse an ``--out`` that is a file, a link, a folder holding files a gradus flow did not write, or one that
+    lies inside (or holds) a local source of the flow."""
     out = Path(out)
     if out.is_symlink() or (out.exists() and not out.is_dir()):
         raise FlowFolderError(f"--out {out} is a file or a link: give a folder (a new one, or one a flow wrote)")
+    for root in _local_roots(sources):
+        where = out.resolve()
+        if where == root or root in where.parents:
+            raise FlowFolderError(f"--out {out} lies inside the source {root}: choose a folder outside it")
+        if where in root.parents:
+            raise FlowFolderError(f"--out {out} holds the source {root}: choose a folder beside it")
     if not out.is_dir():
         return
     foreign = sorted(e.name for e in out.iterdir() if e.name not in OWNED and not e.name.startswith(".latest."))
@@ -47,9 +54,23 @@ def check_out(out: Path) -> None:
                               f"{', ...' if len(foreign) > 5 else ''}): choose an empty or new folder")
 
 
-def claim(out: Path) -> None:
+def _local_roots(sources: list[str]) -> list[Path]:
+    """The folders and files the flow's sources read on this machine."""
+    from curate.sources.readers import source_root
+
+    roots = []
+    for spec in sources:
+        root = source_root(spec)
+        if root is None and Path(spec).exists():
+            root = Path(spec)
+        if root is not None:
+            roots.append(root.resolve())
+    return roots
+
+
+def claim(out: Path, sources: list[str] = ()) -> None:
     """Create ``out`` (after ``check_out``) and mark it as a flow's folder."""
-    check_out(out)
+    check_out(out, sources)
     out.mkdir(parents=True, exist_ok=True)
     marker = out / FLOW_MARKER
     if not marker.exists():

@@ -228,6 +228,14 @@ class TrainConfig:
     def check(self) -> None:
         if not self.data:
             raise TrainError("no training data: set `data` to gradus export folders")
+        for name in ("lr", "max_grad_norm", "temperature"):
+            if not getattr(self, name) > 0:
+                raise TrainError(f"{name} must be > 0, got {getattr(self, name)}")
+        for name in ("weight_decay", "warmup_steps", "format_reward"):
+            if getattr(self, name) < 0:
+                raise TrainError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if not 0 < self.top_p <= 1:
+            raise TrainError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.rollout_backend not in ("vllm", "hf"):
             raise TrainError(f"rollout_backend must be vllm or hf, not {self.rollout_backend!r}")
         for name in ("prompts_per_step", "group_size", "max_tokens", "steps", "micro_batch_size", "num_iterations"):

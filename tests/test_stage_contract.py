@@ -108,8 +108,10 @@ def test_export_refuses_a_user_folder_and_its_own_input(tmp_path, src):
     with pytest.raises(StageError, match="is or contains the input"):
         export([scored], scored, ExportConfig())
     assert Manifest.load(scored).stage == "estimate"
-    m = export([scored], tmp_path / "exp", ExportConfig())
+    m = export([scored], tmp_path / "exp", ExportConfig(include_ends=False))
     assert (m.rows_in, m.rows_kept) == (8, 4) and m.rejected_by_reason == {"unsolved": 2, "solved": 2}
+    m = export([scored], tmp_path / "all", ExportConfig())  # by default the ends are kept, flagged by their bucket
+    assert (m.rows_in, m.rows_kept) == (8, 8) and m.rejected_by_reason == {}
 
 
 def test_another_stage_kind_in_the_folder_is_refused(tmp_path, src):
@@ -163,7 +165,7 @@ def test_show_works_on_every_stage_kind_and_on_a_run_folder(tmp_path, src, capsy
     text = _show(run, capsys)
     lines = [ln.split() for ln in text.splitlines()[2:] if ln.split() and ln.split()[0] in STAGE_KINDS]
     assert [(ln[0], ln[1], ln[2]) for ln in lines] == [
-        ("ingest", "31", "31"), ("filter", "31", "30"), ("dedup", "30", "30"), ("estimate", "8", "8"), ("export", "8", "4")]
+        ("ingest", "31", "31"), ("filter", "31", "30"), ("dedup", "30", "30"), ("estimate", "8", "8"), ("export", "8", "8")]
     assert "MISMATCH" not in text
     assert main(["show", str(run / "2_filter"), "--samples", "proof"]) == 0
     assert "Prove that there are infinitely many primes." in capsys.readouterr().out

@@ -100,6 +100,8 @@ class Manifest:
 
     @classmethod
     def from_dict(cls, d: dict, where: str = "manifest") -> Manifest:
+        if not isinstance(d, dict) or "stage" not in d:
+            raise ManifestError(f"{where}: not a gradus manifest (a file of that name that gradus did not write)")
         version = d.get("manifest_version", 1)
         if version != MANIFEST_VERSION:
             raise ManifestError(f"{where}: written by {'an older' if version < MANIFEST_VERSION else 'a newer'} gradus "

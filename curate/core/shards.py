@@ -227,7 +227,11 @@ def stage_dir(path: Path) -> Path:
         return path / "kept"
     if shard_paths(path):
         return path
-    raise FileNotFoundError(f"{path}: not a gradus stage output (no kept/ shards and no .parquet files)")
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such folder")
+    what = "an empty folder" if path.is_dir() and not any(path.iterdir()) else "not a gradus stage output"
+    raise FileNotFoundError(f"{path}: {what}: no kept/ shards and no .parquet files to read (give a stage's output "
+                            "folder, e.g. runs/demo/stages/1_ingest/00_synthetic)")
 
 
 def read_manifest(out: Path) -> dict | None:

@@ -93,6 +93,7 @@ class Adapter:
     fn: Callable[[pa.Table], Cols]
     problem_col: str | None = "problem"  # raw column holding the statement (must be a string)
     accept: Callable[[pa.Table], bool] | None = None  # extra check on the first batch
+    answer_col: str | None = "answer"  # raw column holding the gold answer (may not be an object)
 
 
 def _aime_kaggle(t: pa.Table) -> Cols:
@@ -281,14 +282,16 @@ ADAPTERS: dict[str, Adapter] = {
         # the reasoning_gym: source's rows (curate.sources.reasoning_gym), in the generator's columns; never detected
         Adapter("reasoning_gym", frozenset({"id", "problem", "answer", "subject", "level", "question_type"}), _synthetic,
                 accept=lambda t: False),
-        Adapter("aime", frozenset({"ID", "Year", "Problem Number", "Question", "Answer"}), _aime_kaggle, "Question"),
+        Adapter("aime", frozenset({"ID", "Year", "Problem Number", "Question", "Answer"}), _aime_kaggle, "Question",
+                answer_col="Answer"),
         Adapter("numina_1.5", frozenset({"problem", "solution", "answer", "problem_type", "question_type"}), _numina_15),
         Adapter("numina_cot", frozenset({"source", "problem", "solution", "messages"}), _numina_cot),
         Adapter("math500", frozenset({"problem", "solution", "answer", "subject", "level", "unique_id"}), _math500),
         Adapter("math", frozenset({"problem", "level", "type", "solution"}), _math),
         Adapter("omni_math", frozenset({"domain", "difficulty", "problem", "answer"}), _omni),
-        Adapter("deepmath", frozenset({"prompt", "messages", "ground_truth"}), _deepmath, "prompt"),
-        Adapter("orz_eval", frozenset({"prompt", "final_answer"}), _orz_eval, None),
+        Adapter("deepmath", frozenset({"prompt", "messages", "ground_truth"}), _deepmath, "prompt",
+                answer_col="ground_truth"),
+        Adapter("orz_eval", frozenset({"prompt", "final_answer"}), _orz_eval, None, answer_col="final_answer"),
         Adapter("deepscaler", frozenset({"problem", "answer", "difficulty"}), _deepscaler),
         Adapter("aime_csv", frozenset({"id", "problem", "answer"}), _aime_csv, accept=_aime_ids),
         Adapter("generic", frozenset({"problem"}), _generic),
@@ -335,7 +338,8 @@ def mapped_adapter(mapping: dict[str, str]) -> Adapter:
     def fn(t: pa.Table) -> Cols:
         missing = sorted(needed - set(t.column_names))
         if missing:
-            raise SourceError(f"mapping names column(s) {missing} which the source lacks (has: {t.column_names})")
+            has = [c for c in t.column_names if c not in _BOOKKEEPING]
+            raise SourceError(f"mapping names column(s) {missing} which the source lacks (has: {has})")
         out: Cols = {}
         for k, c in mapping.items():
             m = re.match(r"^boxed\((.*)\)$", c)
@@ -372,11 +376,22 @@ def apply_adapter(adapter: Adapter, t: pa.Table, row_prefix: str | None = None) 
     n = t.num_rows
     rejects = list(cols.pop("_reject", None) or [None] * n)
     bad, nonscalar = _col(t, "_bad"), _col(t, "_nonscalar")
+    from curate.sources.readers import NUMBERS_KEY
+
+    numbers = set((t.schema.metadata or {}).get(NUMBERS_KEY, b"").decode().split(","))
+    if adapter.problem_col in numbers:  # a column of numbers read as the problem: every row's problem is one
+        problems = _col(t, adapter.problem_col)
+        nonscalar = [(f"{ns}," if ns else "") + f"{adapter.problem_col}:number" if p is not None else ns
+                     for ns, p in zip(nonscalar, problems, strict=True)]
     for i in range(n):
         if bad[i]:
             rejects[i] = "ingest_" + bad[i].split(":")[0]
-        elif nonscalar[i] and any(x.split(":")[0] == adapter.problem_col for x in nonscalar[i].split(",")):
-            rejects[i] = rejects[i] or "ingest_problem_not_string"
+        elif nonscalar[i]:
+            kinds = dict(x.rpartition(":")[::2] for x in nonscalar[i].split(","))
+            if adapter.problem_col in kinds:
+                rejects[i] = rejects[i] or "ingest_problem_not_string"
+            elif kinds.get(adapter.answer_col or "") == "dict":  # an object is no gold answer, whatever its JSON text
+                rejects[i] = rejects[i] or "ingest_answer_not_scalar"
     cols["_reject"] = rejects
     cols["_reject_detail"] = [b or ns for b, ns in zip(bad, nonscalar, strict=False)]
     if "_file" in t.column_names:  # a folder or glob: the file and the row within it

@@ -34,6 +34,7 @@ from curate.sources.rows import BATCH_ROWS, rows_to_table
 FORMATS = ("jsonl", "json", "csv", "parquet", "arrow", "hf", "synthetic", "reasoning_gym")
 SUFFIXES = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
 GLOB = set("*?[")
+NUMBERS_KEY = b"gradus_number_columns"  # schema metadata of a raw batch: its columns that held numbers
 
 
 class FastPathFailed(Exception):
@@ -66,20 +67,43 @@ def source_root(spec: str) -> Path | None:
 def source_files(spec: str) -> list[Path]:
     """Every file one source reads, sorted: a folder's data files (``*.parquet``, ``*.jsonl``, ... at any depth, hidden
     ones and a cache's ``.lock`` files left out), a glob's matches, a ``save_to_disk`` folder's every file, or the
-    one file. Empty for a hub id or the generator."""
+    one file. Empty for a hub id or the generator. A link that leads out of the folder is never followed
+    (``skipped_files`` names it)."""
+    return _scan(spec)[0]
+
+
+def skipped_files(spec: str) -> dict[str, str]:
+    """What a folder or glob source holds and does not read: each file (relative to the folder) and why."""
+    return _scan(spec)[1]
+
+
+def _scan(spec: str) -> tuple[list[Path], dict[str, str]]:
     root = source_root(spec)
     if root is None:
         p = Path(spec)
-        return [p] if p.is_file() else []
+        return ([p] if p.is_file() else []), {}
     if GLOB & set(spec):
         import glob
 
-        files = sorted(Path(x) for x in glob.glob(spec, recursive=True) if Path(x).is_file())
+        found = sorted(Path(x) for x in glob.glob(spec, recursive=True) if Path(x).is_file())
     elif is_saved_dataset(root):
-        return sorted(x for x in root.rglob("*") if x.is_file())
+        found = sorted(x for x in root.rglob("*") if x.is_file())
     else:
-        files = sorted(x for x in root.rglob("*") if x.is_file() and _file_format(x) is not None)
-    return [f for f in files if not any(part.startswith(".") for part in f.relative_to(root).parts)]
+        found = sorted(x for x in root.rglob("*") if x.is_file())
+    inside = root.resolve()
+    files, skipped = [], {}
+    for f in found:
+        rel = f.relative_to(root)
+        if any(part.startswith(".") for part in rel.parts):
+            continue  # hidden files and a cache's .lock files: not data
+        real = f.resolve()
+        if real != inside and inside not in real.parents:
+            skipped[str(rel)] = f"a link to {real}, outside the source folder"
+        elif not is_saved_dataset(root) and not GLOB & set(spec) and _file_format(f) is None:
+            skipped[str(rel)] = f"not a data file ({f.suffix or 'no suffix'}: {', '.join(sorted(SUFFIXES))}, optionally .gz)"
+        else:
+            files.append(f)
+    return files, skipped
 
 
 def detect_format(spec: str) -> str:
@@ -130,6 +154,7 @@ def _stringify(table: pa.Table, row0: int) -> pa.Table:
     n = table.num_rows
     # per row, its nested columns (built only when the table has one: most sources are flat)
     nonscalar: list[list[str]] = [[] for _ in range(n)] if any(pa.types.is_nested(c.type) for c in table.columns) else []
+    numbers: list[str] = []  # columns of numbers (named in the schema's metadata: a problem may not be one)
     for name, col in zip(table.column_names, table.columns, strict=False):
         t = col.type
         if pa.types.is_null(t):
@@ -142,6 +167,8 @@ def _stringify(table: pa.Table, row0: int) -> pa.Table:
             arr = pa.array([None if v is None else json.dumps(v, ensure_ascii=False) for v in vals], pa.string())
         else:
             arr = pc.cast(col, pa.string())  # 60 -> "60", 142.0 -> "142" or "142.0" as arrow prints it
+            if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t):
+                numbers.append(name)
         cols.append(arr)
         names.append(name)
     cols += [
@@ -151,29 +178,52 @@ def _stringify(table: pa.Table, row0: int) -> pa.Table:
         pa.nulls(n, pa.string()),
     ]
     names += ["_value", "_nonscalar", "_row", "_bad"]
-    return pa.table(cols, names=names)
+    out = pa.table(cols, names=names)
+    return out.replace_schema_metadata({NUMBERS_KEY: ",".join(numbers)}) if numbers else out
+
+
+def _lines(path: Path) -> Iterator[bytes]:
+    """The lines of a file, gunzipped when its name ends in ``.gz``. A compressed file cut short (a copy that did not
+    finish) gives the lines before the cut, then one ``_TRUNCATED`` marker with the reason."""
+    import gzip
+    import zlib
+
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rb") as f:
+        try:
+            yield from f
+        except (EOFError, gzip.BadGzipFile, zlib.error) as e:
+            yield _TRUNCATED + str(e).encode()
+
+
+_TRUNCATED = b"\x00gradus-truncated:"
 
 
 def _jsonl_slow(path: Path) -> Iterator[pa.Table]:
     batch: list = []
-    with open(path, "rb") as f:
-        rowno = -1
-        for raw in f:
-            if not raw.strip():
-                continue
-            rowno += 1
+    rowno = -1
+    for raw in _lines(path):
+        if raw.startswith(_TRUNCATED):  # the rest of the file is lost: said by one rejected row
+            why = raw[len(_TRUNCATED):].decode()
+            batch.append((rowno + 1, why, f"truncated_file:{why}; the rows after it are not in the file"))
+            break
+        if not raw.strip():
+            continue
+        rowno += 1
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            batch.append((rowno, raw[:200].decode("utf-8", "replace"), f"invalid_utf8:{e.start}"))
+        else:
             try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                batch.append((rowno, raw[:200].decode("utf-8", "replace"), f"invalid_utf8:{e.start}"))
-            else:
-                try:
-                    batch.append((rowno, json.loads(line), None))
-                except json.JSONDecodeError as e:
-                    batch.append((rowno, line[:200], f"malformed_json:{e.msg}"))
-            if len(batch) >= BATCH_ROWS:
-                yield rows_to_table(batch)
-                batch = []
+                batch.append((rowno, json.loads(line), None))
+            except json.JSONDecodeError as e:
+                batch.append((rowno, line[:200], f"malformed_json:{e.msg}"))
+            except RecursionError:  # nested deeper than Python parses: one rejected row, not a traceback
+                batch.append((rowno, line[:200], "malformed_json:nested too deep"))
+        if len(batch) >= BATCH_ROWS:
+            yield rows_to_table(batch)
+            batch = []
     if batch:
         yield rows_to_table(batch)
 
@@ -186,8 +236,8 @@ def _jsonl_fast(path: Path) -> Iterator[pa.Table]:
             t = pa.Table.from_batches([rb])
             yield _stringify(t, row0)
             row0 += t.num_rows
-    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, UnicodeDecodeError) as e:
-        raise FastPathFailed(str(e)) from e
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, UnicodeDecodeError, OSError) as e:
+        raise FastPathFailed(str(e)) from e  # OSError: a compressed file cut short, read line by line up to the cut
 
 
 def _json_array(path: Path) -> Iterator[pa.Table]:
@@ -229,18 +279,23 @@ def _csv_fast(path: Path) -> Iterator[pa.Table]:
             t = pa.Table.from_batches([rb])
             yield _stringify(t, row0)
             row0 += t.num_rows
-    except (pa.ArrowInvalid, UnicodeDecodeError) as e:
+    except (pa.ArrowInvalid, UnicodeDecodeError, OSError) as e:
         raise FastPathFailed(str(e)) from e
 
 
 def _csv_slow(path: Path) -> Iterator[pa.Table]:
-    text = path.read_bytes().decode("utf-8", "surrogateescape")
-    reader = csv.reader(io.StringIO(text, newline=""))
-    names = next(reader, [])
+    raw = b"".join(_lines(path))
+    cut = raw.find(_TRUNCATED)
+    if cut >= 0:
+        raise SourceError(f"{path}: the compressed file is cut short ({raw[cut + len(_TRUNCATED):].decode()}); "
+                          "copy it again")
+    lines = raw.decode("utf-8", "surrogateescape").splitlines(keepends=True)
+    names = next(csv.reader(lines[:1]), [])
     batch: list = []
-    for rowno, fields in enumerate(reader):
-        bad = None
-        if len(fields) != len(names):
+    rowno = -1
+    for fields, bad in _csv_records(lines, 1):
+        rowno += 1
+        if bad is None and len(fields) != len(names):
             bad = f"malformed_csv:{len(fields)}_fields_expected_{len(names)}"
         row = {}
         for k, v in zip(names, fields, strict=False):
@@ -258,9 +313,31 @@ def _csv_slow(path: Path) -> Iterator[pa.Table]:
         yield rows_to_table(batch)
 
 
+def _csv_records(lines: list[str], start: int) -> Iterator[tuple[list[str], str | None]]:
+    """``(fields, bad)`` of each CSV record from line ``start`` on. A quote opened and never closed would make the
+    rest of the file one field: that line is a malformed record of its own, and reading goes on at the next line."""
+    while start < len(lines):
+        reader = csv.reader(lines[start:], strict=True)
+        first = start
+        try:
+            for fields in reader:
+                yield fields, None
+                first = start + reader.line_num
+            return
+        except csv.Error as e:
+            yield [lines[first].rstrip("\r\n")], f"malformed_csv:{str(e).replace(' ', '_')}_at_line_{first + 1}"
+            start = first + 1
+
+
 def _parquet(path: Path) -> Iterator[pa.Table]:
     row0 = 0
-    for rb in pq.ParquetFile(path).iter_batches(batch_size=BATCH_ROWS):
+    try:
+        pf = pq.ParquetFile(path)
+    except (pa.ArrowInvalid, OSError) as e:
+        named = _file_format(path)
+        hint = f" (its name says {named}: leave --format out, or give the right one)" if named not in (None, "parquet") else ""
+        raise SourceError(f"{path}: not a readable Parquet file{hint}: {e}") from e
+    for rb in pf.iter_batches(batch_size=BATCH_ROWS):
         t = pa.Table.from_batches([rb])
         yield _stringify(t, row0)
         row0 += t.num_rows

@@ -19,7 +19,7 @@ def _value_to_str(v: object) -> tuple[str | None, str | None]:
     if isinstance(v, bool):
         return json.dumps(v), "bool"
     if isinstance(v, int | float):
-        return str(v), None
+        return str(v), "number"  # a number where text may be wanted: an adapter rejects a problem that is one
     return json.dumps(v, ensure_ascii=False), type(v).__name__
 
 

@@ -192,6 +192,9 @@ def parse_spec(spec: str) -> dict:
         opts["difficulty"] = (int(lo), int(hi or lo))
     except ValueError as e:
         raise SourceError(f"synthetic: bad option value in {spec!r} ({e})") from e
+    if opts["n"] < 1:
+        raise SourceError(f"synthetic: n must be >= 1, got {opts['n']} (extras=1 adds the {len(HANDWRITTEN)} hand-written "
+                          "items to the n generated ones)")
     kinds = str(opts["kinds"]).replace("+", ",").split(",") if isinstance(opts["kinds"], str) else opts["kinds"]
     unknown = [k for k in kinds if k not in _GEN]
     if unknown:
