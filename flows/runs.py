@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from curate.core.errors import GradusError
@@ -34,7 +35,7 @@ class FlowFolderError(GradusError):
     """An output folder the flow will not write into, or one another run holds."""
 
 
-def check_out(out: Path, sources: list[str] = ()) -> None:
+def check_out(out: Path, sources: Sequence[str] = ()) -> None:
     """Refuse an ``--out`` that is a file, a link, a folder holding files a gradus flow did not write, or one that
     lies inside (or holds) a local source of the flow."""
     out = Path(out)
@@ -54,7 +55,7 @@ def check_out(out: Path, sources: list[str] = ()) -> None:
                               f"{', ...' if len(foreign) > 5 else ''}): choose an empty or new folder")
 
 
-def _local_roots(sources: list[str]) -> list[Path]:
+def _local_roots(sources: Sequence[str]) -> list[Path]:
     """The folders and files the flow's sources read on this machine."""
     from curate.sources.readers import source_root
 
@@ -68,7 +69,7 @@ def _local_roots(sources: list[str]) -> list[Path]:
     return roots
 
 
-def claim(out: Path, sources: list[str] = ()) -> None:
+def claim(out: Path, sources: Sequence[str] = ()) -> None:
     """Create ``out`` (after ``check_out``) and mark it as a flow's folder."""
     check_out(out, sources)
     out.mkdir(parents=True, exist_ok=True)

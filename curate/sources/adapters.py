@@ -379,7 +379,7 @@ def apply_adapter(adapter: Adapter, t: pa.Table, row_prefix: str | None = None) 
     from curate.sources.readers import NUMBERS_KEY
 
     numbers = set((t.schema.metadata or {}).get(NUMBERS_KEY, b"").decode().split(","))
-    if adapter.problem_col in numbers:  # a column of numbers read as the problem: every row's problem is one
+    if adapter.problem_col is not None and adapter.problem_col in numbers:  # a column of numbers as the problem
         problems = _col(t, adapter.problem_col)
         nonscalar = [(f"{ns}," if ns else "") + f"{adapter.problem_col}:number" if p is not None else ns
                      for ns, p in zip(nonscalar, problems, strict=True)]

@@ -15,7 +15,6 @@ read again line by line in Python, and each bad line becomes a row with ``_bad``
 from __future__ import annotations
 
 import csv
-import io
 import json
 from collections.abc import Iterator
 from pathlib import Path
