@@ -42,15 +42,52 @@ def _chunked_head_logps(head, hidden, targets, temperature: float, want_entropy:
     return torch.cat(picked), (torch.cat(ents) if want_entropy else None)
 
 
+def shared_prefix_hidden(model, input_ids, attn, prompt_lens: list[int]):
+    """``model.base_model(input_ids, attn).last_hidden_state[:, :-1]`` where it predicts a completion token (positions
+    from each row's last prompt token on; zeros before), with each distinct prompt run through the model once.
+
+    A GRPO group is G completions of one prompt, and a long prompt (a few-shot template) is most of each sequence:
+    the prompt's forward pass is made once, its key/value cache repeated for the group's rows, and only the
+    completions are run on top of it. Gradients flow into the shared prompt pass from every row, so the result and
+    its gradients are those of the full pass, up to rounding. None when no two rows share a prompt."""
+    B, L = input_ids.shape
+    groups: dict[tuple, list[int]] = {}
+    for i, P in enumerate(prompt_lens):
+        groups.setdefault((P, tuple(input_ids[i, :P].tolist())), []).append(i)
+    if len(groups) == B:  # nothing shared: one batched pass is cheaper
+        return None
+    out = None
+    for (P, _), rows in groups.items():
+        r0 = rows[0]
+        pre = model.base_model(input_ids=input_ids[r0 : r0 + 1, :P], attention_mask=attn[r0 : r0 + 1, :P], use_cache=True)
+        lengths = attn[rows].sum(1)
+        S = int(lengths.max()) - P
+        if out is None:
+            h = pre.last_hidden_state
+            out = h.new_zeros((B, L - 1, h.shape[-1]))
+        idx = torch.tensor(rows, device=input_ids.device)
+        out[idx, P - 1] = pre.last_hidden_state[0, P - 1].expand(len(rows), -1)
+        if S <= 1:
+            continue
+        cache = pre.past_key_values
+        cache.batch_repeat_interleave(len(rows))
+        suffix_attn = torch.cat([attn[rows, :P], attn[rows, P : P + S]], 1)
+        suf = model.base_model(input_ids=input_ids[rows, P : P + S], attention_mask=suffix_attn, past_key_values=cache,
+                               use_cache=True).last_hidden_state
+        out[idx, P : P + S - 1] = suf[:, : S - 1]
+    return out
+
+
 def token_logps(model, input_ids, attn, comp_mask, temperature: float, bf16: bool, device: str, want_entropy: bool = False,
-                chunk: int = 0):
+                chunk: int = 0, prompt_lens: list[int] | None = None):
     """Per-token log-probs [B, L-1] of the next tokens under the *sampling* distribution, on completion positions.
 
     The logits are divided by the sampling temperature before the softmax (as TRL and verl do): the rollouts
     were drawn from softmax(logits / T), so ratios, KL and entropy must be of that policy. The vocabulary
     projection runs only where ``comp_mask`` is set (the prompt needs no log-probs), ``chunk`` tokens at a time
     (``_chunked_head_logps``); models that post-process logits (soft-capping) take the full path. ``bf16``
-    autocasts the forward; the result is fp32.
+    autocasts the forward; the result is fp32. ``prompt_lens`` (each row's prompt tokens): rows that share a prompt
+    share its forward pass (``shared_prefix_hidden``).
     """
     tgt = input_ids[:, 1:]
     sel = comp_mask > 0
@@ -59,7 +96,9 @@ def token_logps(model, input_ids, attn, comp_mask, temperature: float, bf16: boo
             logits = model(input_ids=input_ids, attention_mask=attn).logits[:, :-1][sel]
             picked, e = _chunked_head_logps(torch.nn.Identity(), logits, tgt[sel], temperature, want_entropy, chunk)
         else:
-            hidden = model.base_model(input_ids=input_ids, attention_mask=attn).last_hidden_state[:, :-1]
+            hidden = shared_prefix_hidden(model, input_ids, attn, prompt_lens) if prompt_lens else None
+            if hidden is None:
+                hidden = model.base_model(input_ids=input_ids, attention_mask=attn).last_hidden_state[:, :-1]
             picked, e = _chunked_head_logps(model.get_output_embeddings(), hidden[sel], tgt[sel], temperature,
                                             want_entropy, chunk)
     logp = torch.zeros(tgt.shape, dtype=picked.dtype, device=picked.device).masked_scatter(sel, picked)
@@ -70,11 +109,12 @@ def token_logps(model, input_ids, attn, comp_mask, temperature: float, bf16: boo
 
 
 class PolicyModule(torch.nn.Module):
-    def __init__(self, lm, temperature: float, bf16: bool, device: str, chunk: int):
+    def __init__(self, lm, temperature: float, bf16: bool, device: str, chunk: int, share_prompts: bool = True):
         super().__init__()
         self.lm = lm
         self.temperature, self.bf16, self.device, self.chunk = temperature, bf16, device, chunk
+        self.share_prompts = share_prompts
 
-    def forward(self, input_ids, attn, comp_mask, want_entropy: bool = False):
+    def forward(self, input_ids, attn, comp_mask, want_entropy: bool = False, prompt_lens: list[int] | None = None):
         return token_logps(self.lm, input_ids, attn, comp_mask, self.temperature, self.bf16, self.device, want_entropy,
-                           self.chunk)
+                           self.chunk, prompt_lens if self.share_prompts else None)

@@ -420,7 +420,10 @@ class Trainer:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         if cfg.gradient_checkpointing or (cfg.gradient_checkpointing is None and self.device == "cuda"):
             self.model.gradient_checkpointing_enable()
-        self.policy = PolicyModule(self.model, cfg.temperature, self.bf16, self.device, cfg.logprob_chunk)
+        # a group's completions share their prompt's forward pass (rl_stage.policy.shared_prefix_hidden); with gradient
+        # checkpointing the model returns no key/value cache to share, so every row runs whole
+        self.policy = PolicyModule(self.model, cfg.temperature, self.bf16, self.device, cfg.logprob_chunk,
+                                   share_prompts=not self.model.is_gradient_checkpointing)
         if self.world > 1:
             self._shard()
         self.ref = self.ref_policy = None
@@ -696,11 +699,12 @@ class Trainer:
         with torch.no_grad():
             for m, s, part in self._micro(seqs, minis):
                 ids, attn, cm = self._batch(part)
+                plens = [len(q.prompt) for q in part]
                 if need_old:
-                    old[m, s] = self.policy(ids, attn, cm)[0]
+                    old[m, s] = self.policy(ids, attn, cm, prompt_lens=plens)[0]
                     mismatch += self._mismatch(part, old[m, s])
                 if self.ref_policy is not None:
-                    ref[m, s] = self.ref_policy(ids, attn, cm)[0]
+                    ref[m, s] = self.ref_policy(ids, attn, cm, prompt_lens=plens)[0]
         return old, ref, mismatch
 
     def _mismatch(self, part: list[_Seq], lp) -> list[float]:
@@ -740,7 +744,7 @@ class Trainer:
                 loss_total, bad = 0.0, False
                 for _, s, part in self._micro(seqs, [mini]):
                     ids, attn, cm = self._batch(part)
-                    lp, ent = self.policy(ids, attn, cm, want_entropy=True)
+                    lp, ent = self.policy(ids, attn, cm, want_entropy=True, prompt_lens=[len(q.prompt) for q in part])
                     if need_old:
                         old_lp = old[m, s]
                     else:  # one update per batch: the policy that sampled is this one
