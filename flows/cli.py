@@ -114,10 +114,11 @@ def cmd_demo(a: argparse.Namespace) -> None:
 
 
 def _quiet_prefect(a: argparse.Namespace) -> None:
-    """Unless -v: Prefect's own logs at WARNING (the command prints the flow's report), and no usage telemetry (the
-    embedded server cannot reach its host offline and logs an error at each start)."""
+    """Unless -v: Prefect's console shows warnings only (the command prints the flow's report), while the server still
+    gets every line at INFO, Prefect's and gradus's (their levels stay INFO: only the console handler is raised); and no
+    usage telemetry (the embedded server cannot reach its host offline and logs an error at each start)."""
     if not getattr(a, "verbose", False):
-        os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+        os.environ.setdefault("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", "WARNING")
         os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
 
@@ -182,7 +183,7 @@ def _console_for_reports() -> None:
 
     import prefect  # noqa: F401 - sets up Prefect's logging (its console handler on the root logger)
 
-    quiet = os.environ.get("PREFECT_LOGGING_LEVEL", "").upper() == "WARNING"  # set by _quiet_prefect unless -v
+    quiet = os.environ.get("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", "").upper() == "WARNING"  # _quiet_prefect, unless -v
 
     class NoTaskRuns(logging.Filter):
         def filter(self, record: logging.LogRecord) -> bool:  # gradus's INFO lines go to the server's logs only

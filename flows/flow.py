@@ -370,21 +370,28 @@ def card_artifact(readme: Path, inline_limit: int = 400_000) -> str:
 
 class _RunLogs:
     """While a flow runs: gradus's own loggers at INFO, each record also sent to the run's logs on the Prefect
-    server (records from the library's own worker threads carry no run context: they get the flow run's id)."""
+    server, on the task run it came from (the run context of the thread that logged it); records from the library's
+    own worker threads carry no run context and go on the flow run."""
 
     def __init__(self, flow_run_id: str | None):
         import logging
 
+        from prefect.context import TaskRunContext
         from prefect.logging.handlers import APILogHandler
 
         class Handler(APILogHandler):
             def emit(self, record: logging.LogRecord) -> None:
-                if flow_run_id and not getattr(record, "flow_run_id", None):
-                    record.flow_run_id = flow_run_id
+                if not getattr(record, "flow_run_id", None):
+                    ctx = TaskRunContext.get()
+                    if ctx is not None and ctx.task_run is not None:  # a task's own thread: the line is the task's
+                        record.task_run_id = ctx.task_run.id
+                        record.flow_run_id = ctx.task_run.flow_run_id
+                    elif flow_run_id:
+                        record.flow_run_id = flow_run_id
                 super().emit(record)
 
         self.handler = Handler()
-        self.handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+        self.handler.setFormatter(logging.Formatter("%(message)s"))  # the UI shows the logger's name in its own column
         self.loggers = [logging.getLogger(n) for n in LIBRARY_LOGGERS]
         self.levels = [lg.level for lg in self.loggers]
 

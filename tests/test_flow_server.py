@@ -101,6 +101,16 @@ def test_logs_states_and_artifacts_on_the_server(prefect_harness, tmp_path):
         ours = [x.message for x in logs if x.name.startswith(("curate", "flows", "data_cards"))]
         assert any("complete output found" in m and "2_filter" in m for m in ours), [x.name for x in logs]
         assert any(x.level >= 40 and "broken.json could not be read: malformed JSON" in x.message for x in logs)
+        # gradus's lines sit on the task runs that wrote them: the Cached filter's skip line on the filter task
+        skip = [x for x in logs if "complete output found" in x.message and "2_filter" in x.message]
+        assert skip[0].task_run_id == tasks["filter"].id
+        assert not any(x.message.startswith(x.name) for x in logs)  # the logger's name once, in its own column
+        # the run that did the work: every stage's task run has gradus's lines (what it read, kept and wrote)
+        did = _task_runs(client, first["flow_run_id"])
+        first_logs = client.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[first["flow_run_id"]])))
+        for name in ("ingest 00_synthetic", "filter", "dedup"):
+            lines = [x.message for x in first_logs if x.task_run_id == did[name].id and x.name.startswith("curate")]
+            assert any(" kept, " in m and "written to" in m for m in lines), (name, lines)
 
         keys = {artifact_key(a, "card"), artifact_key(b, "card"), artifact_key(a, "waterfall")}
         assert len(keys) == 3 and all(k.startswith(("gradus-a-", "gradus-b-")) for k in keys)
@@ -195,3 +205,26 @@ def test_a_retried_flow_run_does_not_mark_itself_crashed(tmp_path):
     (tmp_path / "runs" / "old").mkdir(parents=True)
     done = settle_crashed(tmp_path, {"pid": 1, "flow_run_id": "abc", "run_folder": "old"}, current_run="abc")
     assert "marked_crashed" not in done and done["removed_empty_run_folder"] == "old"
+
+
+def test_the_terminal_stays_quiet_while_the_server_gets_every_line(prefect_harness, tmp_path):
+    """``gradus flow run`` without -v: the screen shows the plan and the report, no INFO lines; the server still gets
+    Prefect's own lifecycle lines and gradus's lines for the run."""
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+
+    path = _config(tmp_path, [{"spec": "synthetic:n=50,seed=2", "name": "synthetic"}])
+    env = {**os.environ, "PREFECT_API_URL": prefect_harness, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    env.pop("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", None)
+    p = subprocess.run([sys.executable, "-m", "flows.cli", "flow", "run", str(path), "--out", str(tmp_path / "o"),
+                        "--no-progress"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert " | INFO " not in p.stderr and "INFO " not in p.stdout
+    run_id = json.loads(next((tmp_path / "o" / "runs").iterdir()).joinpath("summary.json").read_text())["flow_run_id"]
+    from prefect.logging.handlers import APILogHandler
+
+    APILogHandler().flush()
+    with _client() as client:
+        logs = client.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[run_id])))
+    names = {x.name for x in logs}
+    assert any(n.startswith("prefect.") for n in names), names  # Prefect's lifecycle lines
+    assert any(x.name.startswith("curate") and " kept, " in x.message for x in logs)

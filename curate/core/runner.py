@@ -95,7 +95,10 @@ class StageRun:
         try:
             yield
         finally:
-            self.timings[key] += time.perf_counter() - t0
+            took = time.perf_counter() - t0
+            self.timings[key] += took
+            if key != "write" and took >= 1.0:  # a stage's long steps (dedup's signatures, pairs, clusters): progress
+                log.info("%s: %s done in %.1f s", self.name, key, took)
 
     def emit(self, kept: pa.Table, rejected: pa.Table | None = None, rows_in: int | None = None) -> None:
         """Write one batch's outcome. ``rows_in`` defaults to kept + rejected rows."""
@@ -412,6 +415,9 @@ class Runner:
         for tmp in self.out.glob("*/*.tmp"):
             tmp.unlink()
         write_json_atomic(self.out / MARKER, self._identity())
+        what = ", ".join(str(e.get("path") or e.get("source")) for e in self.inputs[:3]) + (
+            f" and {len(self.inputs) - 3} more" if len(self.inputs) > 3 else "")
+        log.info("%s: %s %s into %s", self.kind, "resuming" if resume else "reading", what, self.out)
 
     # ---- after the work ------------------------------------------------------------------------------
     def expected_rows_in(self) -> int | None:
@@ -444,6 +450,9 @@ class Runner:
             rejected_shards=rejected_shards, stats=stats,
         )
         write_json_atomic((folder or self.out) / MANIFEST, m.to_dict())
+        reasons_text = ", ".join(f"{k} {v:,}" for k, v in m.rejected_by_reason.items()) or "none"
+        log.info("%s: %s rows in, %s kept, %s rejected (%s) in %.1f s; written to %s", self.kind, f"{rows_in:,}",
+                 f"{rows_kept:,}", f"{rows_rej:,}", reasons_text, m.seconds, self.out)
         return m
 
     def run(self, body: Callable[[StageRun], None], rows_per_shard: int = ROWS_PER_SHARD,

@@ -345,6 +345,9 @@ class _Histogram:
     def text(self) -> str:
         return " ".join(f"{i}:{self.counts.get(i, 0)}" for i in range(self.k + 1))
 
+    def total(self) -> int:
+        return sum(self.counts.values())
+
 
 class Estimator:
     """One estimation run into ``out``; see the module docstring for the layout and guarantees."""
@@ -683,6 +686,10 @@ class Estimator:
                             self._record(chunks[m.chunk], m.row, row, hist, bar)
                     for cidx in sorted(k for k, ch in chunks.items() if not ch.todo):
                         self._write_chunk(chunks.pop(cidx))
+                        el = max(1e-9, time.perf_counter() - self.info.gen_started)
+                        log.info("estimate: part %d written: %d problems scored, %d samples (%.1f samples/s, %.0f "
+                                 "tokens/s); pass counts %s", cidx, hist.total(), self.stats["samples"],
+                                 self.stats["samples"] / el, self.stats["tokens"] / el, hist.text())
                 self.info.grading = dict(pool.stats)
         except BaseException as e:  # noqa: BLE001 - handed to the main thread, which re-raises it
             errors.append(e)
