@@ -365,7 +365,23 @@ def card_artifact(readme: Path, inline_limit: int = 400_000) -> str:
             return f"![{m.group(1)}](data:image/png;base64,{base64.b64encode(p.read_bytes()).decode()})"
         return f"{m.group(1)}: `{p}`"
 
-    return re.sub(r"!\[([^\]]*)\]\(([^)]+\.png)\)", inline, text)
+    text = re.sub(r"!\[([^\]]*)\]\(([^)]+\.png)\)", inline, text)
+    # Prefect's renderer drops <details>: its table would show, and the toggle reveal nothing. A heading instead, and
+    # the table's long cells cut so that it fits the page (the whole text is in the card's README.md)
+    def section(m: re.Match) -> str:
+        rows = [_cut_cells(line, UI_CELL) if line.startswith("|") else line for line in m.group(2).splitlines()]
+        return f"#### {m.group(1)}\n\n" + "\n".join(rows) + f"\n\n(cells cut at {UI_CELL} characters: the card's README.md " \
+            "has them whole)\n"
+
+    return re.sub(r"<details><summary>(.*?)</summary>\n(.*?)\n</details>", section, text, flags=re.S)
+
+
+UI_CELL = 60  # characters of a table cell shown in the Prefect UI's card
+
+
+def _cut_cells(row: str, n: int) -> str:
+    cells = row.strip().strip("|").split(" | ")
+    return "| " + " | ".join(c if len(c) <= n else c[: n - 1].rstrip() + "…" for c in cells) + " |"
 
 
 class _RunLogs:
@@ -599,11 +615,26 @@ def _fan_out(share_t, finish_t, inputs: list[str], folder: str, cfg: FlowConfig,
 
 
 def _waterfall(summary: dict) -> list[dict]:
-    rows = [{"stage": "ingest", "rows_in": sum(r["rows_in"] for r in summary["ingest"]),
-             "rows_out": sum(r["rows_kept"] for r in summary["ingest"]), "skipped": all(r["skipped"] for r in summary["ingest"])}]
-    for name, r in summary["stages"].items():
-        rows.append({"stage": name, "rows_in": r["rows_in"], "rows_out": r["rows_kept"], "skipped": r["skipped"]})
-    return rows
+    """The waterfall artifact: the card's waterfall (rows in and out of each stage, what it removed and why), counts
+    written as the card writes them; from the run's summary where no card was made."""
+    card = summary.get("card") or {}
+    steps = None
+    if card.get("card"):
+        try:
+            steps = json.loads((Path(card["card"]).parent / "card.json").read_text()).get("waterfall")
+        except (OSError, ValueError):
+            steps = None
+    if steps is None:
+        steps = [{"stage": "ingest", "rows_in": sum(r["rows_in"] for r in summary["ingest"]),
+                  "rows_out": sum(r["rows_kept"] for r in summary["ingest"]), "removed": {}}]
+        steps += [{"stage": name, "rows_in": r["rows_in"], "rows_out": r["rows_kept"], "removed": {}}
+                  for name, r in summary["stages"].items()]
+    done = {"ingest": all(r["skipped"] for r in summary["ingest"]),
+            **{k: bool(v.get("skipped")) for k, v in summary["stages"].items()}}
+    return [{"stage": st["stage"], "rows in": f"{st['rows_in']:,}", "rows out": f"{st['rows_out']:,}",
+             "removed": f"{st['rows_in'] - st['rows_out']:,}",
+             "why": ", ".join(f"{r} {n:,}" for r, n in sorted(st.get("removed", {}).items(), key=lambda kv: -kv[1])),
+             "skipped": "yes" if done.get(st["stage"]) else "no"} for st in steps]
 
 
 def run_flow(cfg: FlowConfig, out: Path, progress: bool = False) -> dict:

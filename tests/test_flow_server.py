@@ -125,6 +125,9 @@ def test_logs_states_and_artifacts_on_the_server(prefect_harness, tmp_path):
         rows = by_key[artifact_key(a, "waterfall")][0].data
         rows = json.loads(rows) if isinstance(rows, str) else rows
         assert [r["stage"] for r in rows] == ["ingest", "filter", "dedup"]
+        filt = rows[1]  # the card's waterfall: counts as the card writes them, and why rows were removed
+        assert filt["rows in"] == f"{first['stages']['filter']['rows_in']:,}" and filt["why"]
+        assert "<details>" not in body and "#### Two examples of each reason" in body  # no toggle Prefect drops
     assert other["stages"]["dedup"]["rows_kept"] == first["stages"]["dedup"]["rows_kept"]
 
 
