@@ -171,6 +171,11 @@ def _run_flow(cfg, out: Path, progress: bool = False) -> None:
             print(show_text(load_card(card)))
         print(f"data card: {out / 'latest' / 'card' / 'README.md'} (plots in {out / 'latest' / 'card' / 'plots'})")
     print(f"run record: {out / 'latest'} (summary.json, card/, card_diff.txt); stage outputs: {stages}")
+    if "export" in s["stages"] and (stages / "6_export" / "manifest.json").exists() and "train" not in s:
+        fmt = Manifest.load(stages / "6_export").stats.get("format")
+        if fmt == "parquet":
+            print(f"train on it: gradus train --data {stages / '6_export'} --out {out / 'train'} --steps 10 "
+                  "--prompts-per-step 4 --max-tokens 128")
     if s.get("failed_stages"):
         raise SystemExit(1)
 
@@ -281,13 +286,18 @@ def cmd_train(a: argparse.Namespace) -> None:
     if a.nproc_per_node > 1 and not a.dry_run and "WORLD_SIZE" not in os.environ:
         _torchrun(a.nproc_per_node)
         return
-    cfg = TrainConfig.load(Path(a.config), **given(TrainConfig, a))
+    if a.config:
+        cfg = TrainConfig.load(Path(a.config), **given(TrainConfig, a))
+    else:  # every setting from the command line (--data EXPORT --out RUN ...)
+        from curate.core.config import from_dict
+
+        cfg = from_dict(TrainConfig, {k: v for k, v in given(TrainConfig, a).items() if v is not None}, where="options")
     t = Trainer(cfg, resume=a.resume)
     main = os.environ.get("RANK", "0") == "0"
     if a.dry_run:
         if main:
             print(f"train: preset {cfg.preset} ({t.alg['cite']})")
-            print(json.dumps({**dataclasses.asdict(cfg), "resolved": t.alg}, indent=2, default=str))
+            print(json.dumps({**dataclasses.asdict(t.cfg), "resolved": t.alg}, indent=2, default=str))
         return
     # the process group ends only after a run that finished on every rank: a rank that failed alone must not wait
     # in destroy_process_group while the others wait in a collective (it exits, and torchrun stops the rest)
@@ -582,7 +592,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     s.set_defaults(fn=cmd_export)
 
     s = sub.add_parser("train", help="GRPO / Dr. GRPO / DAPO / RLOO on exported prompt sets (rl_stage)")
-    s.add_argument("config", help="JSON or TOML with rl_stage.trainer.TrainConfig fields (data, preset, steps, ...)")
+    s.add_argument("config", nargs="?", help="JSON or TOML with rl_stage.trainer.TrainConfig fields (data, preset, "
+                   "steps, ...); or give them all as options (--data EXPORT --out RUN ...)")
     s.add_argument("--resume", action="store_true", help="continue from the newest complete checkpoint")
     s.add_argument("--quiet", action="store_true")
     s.add_argument("--dry-run", action="store_true", help="check the config, resolve the preset and print it")
