@@ -191,9 +191,8 @@ def _console_for_reports() -> None:
     quiet = os.environ.get("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", "").upper() == "WARNING"  # _quiet_prefect, unless -v
 
     class NoTaskRuns(logging.Filter):
-        def filter(self, record: logging.LogRecord) -> bool:  # gradus's INFO lines go to the server's logs only
-            return not record.name.startswith("prefect.task_runs") and (
-                not quiet or record.levelno >= logging.WARNING or record.name.startswith("prefect"))
+        def filter(self, record: logging.LogRecord) -> bool:  # INFO lines go to the server's logs only
+            return not record.name.startswith("prefect.task_runs") and (not quiet or record.levelno >= logging.WARNING)
 
     for h in logging.getLogger().handlers:
         if not any(isinstance(f, NoTaskRuns) for f in h.filters):
@@ -368,9 +367,34 @@ def cmd_flow(a: argparse.Namespace) -> None:
                               "server of `gradus flow run` stops with its run)")
         cfg.plan()
         claim(out, cfg.local_sources())
+        _stop_on_signals()
         print(f"serving {a.name} on cron {a.cron!r} (UTC) into {out}; runs appear in the UI of "
               f"{get_current_settings().api.url.removesuffix('/api')}", flush=True)
-        build_flow(cfg).serve(name=a.name, cron=a.cron, parameters={"out": str(out)})
+        import httpx
+
+        try:
+            build_flow(cfg).serve(name=a.name, cron=a.cron, parameters={"out": str(out)})
+        except httpx.HTTPError as e:
+            raise GradusError(f"flow serve: the Prefect server at {get_current_settings().api.url} does not answer "
+                              f"({type(e).__name__}: {e}); is it running?") from e
+
+
+def _stop_on_signals() -> None:
+    """A served flow stops at once on SIGTERM or SIGINT, as a service manager expects: one line, exit 128 + signal.
+    Prefect's own handling pauses the deployment through the API first, and with its server gone it retried for
+    over 30 s. A run already started goes on in its own process and ends as usual; the schedule resumes when the
+    flow is served again."""
+    import signal
+
+    def stop(signum, frame=None):
+        print(f"gradus flow serve: stopped ({signal.Signals(signum).name})", file=sys.stderr, flush=True)
+        os._exit(128 + signum)
+
+    from prefect.runner import runner
+
+    runner.Runner.handle_sigterm = lambda self, *a, **k: stop(signal.SIGTERM)
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
 
 
 def cmd_show(a: argparse.Namespace) -> None:
@@ -656,12 +680,30 @@ def _quiet_engines() -> None:
         warnings.filterwarnings("ignore", category=cat)
 
 
+def _stop_threads_on_interrupt() -> None:
+    """Ctrl-C reaches the main thread only: tell the worker threads too (``curate.core.stop``), then interrupt."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def interrupt(signum, frame):
+        from curate.core.stop import STOP
+
+        STOP.set()
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, interrupt)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser(next((x for x in argv if x in COMMANDS), "")).parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
     if not args.verbose:
         _quiet_engines()
+    _stop_threads_on_interrupt()
     try:
         args.fn(args)
     except BrokenPipeError:  # piped into head: the reader has what it wanted
@@ -671,6 +713,9 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError, GradusError) as e:  # bad input, an unusable model/engine, a file system refusal
         print(f"gradus {args.cmd}: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C: what was written is whole (shards and manifests land by rename); it resumes
+        print(f"gradus {args.cmd}: interrupted; run the same command again to resume", file=sys.stderr)
+        return 130
     return 0
 
 

@@ -26,6 +26,7 @@ starts.
 from __future__ import annotations
 
 import json
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,7 +37,7 @@ from curate.core.errors import GradusError, SourceError
 from curate.difficulty.estimate import EstimateConfig
 from curate.pipeline import CurateConfig
 from curate.select.export import ExportConfig
-from flows.runs import FlowLock, claim, point_latest, previous_run, run_dir, settle_crashed
+from flows.runs import FlowFolderError, FlowLock, claim, point_latest, previous_run, run_dir, settle_crashed
 from rl_stage.trainer import TrainConfig
 
 RUNNERS = ("local", "ray")
@@ -467,14 +468,19 @@ def build_flow(cfg: FlowConfig, api_url: str | None = None, progress: bool = Fal
         from prefect import get_run_logger
         from prefect.runtime import flow_run
         from prefect.settings import get_current_settings
-        from prefect.states import Completed, Failed
+        from prefect.states import Cancelled, Completed, Failed
 
         root = Path(out)
         held = _HELD.get(str(root.resolve()))  # run_flow took the lock; a served or deployed run takes its own
         if held is None:
             claim(root, cfg.local_sources())
         lock = held or FlowLock(root)
-        crashed = held.crashed if held is not None else lock.acquire()
+        try:
+            crashed = held.crashed if held is not None else lock.acquire()
+        except FlowFolderError as e:  # a scheduled run that overlaps the one still running: skipped, said in a line
+            get_run_logger().warning("skipped: %s", e)
+            return Cancelled(message=f"skipped: {e}")
+        run = None
         try:
             run = run_dir(root)
             info = {"flow_run_id": str(flow_run.id) if flow_run.id else None, "flow_run_name": flow_run.name,
@@ -495,6 +501,8 @@ def build_flow(cfg: FlowConfig, api_url: str | None = None, progress: bool = Fal
                     get_run_logger().error("%s", e)
                     return Failed(message=str(e), data={"error": str(e), "error_type": type(e).__name__})
         finally:
+            if run is not None and run.is_dir() and not any(run.iterdir()):
+                run.rmdir()  # stopped before it wrote anything (Ctrl-C, a crash): no empty run folder left behind
             if held is None:
                 lock.release()
         if summary["failed_stages"]:
@@ -658,26 +666,54 @@ def run_flow(cfg: FlowConfig, out: Path, progress: bool = False) -> dict:
 
 
 def _run_flow_held(cfg: FlowConfig, out: Path, progress: bool) -> dict:
-    if cfg.runner != "ray":
-        return _result(build_flow(cfg, progress=progress)(str(out), return_state=True))
     from prefect.settings import PREFECT_API_URL, get_current_settings, temporary_settings
 
     url = get_current_settings().api.url
     if url:
-        return _result(build_flow(cfg, url)(str(out), return_state=True))
-    from prefect.server.api.server import SubprocessASGIServer
-
-    server = SubprocessASGIServer()  # the embedded server Prefect would start, started here to share its address
-    server.start()
+        return _result(build_flow(cfg, url, progress=progress)(str(out), return_state=True))
+    server = embedded_server()  # started here to share its address (Ray's workers) and to die with this process
     try:
         with temporary_settings({PREFECT_API_URL: server.api_url}):
-            result = build_flow(cfg, server.api_url)(str(out), return_state=True)
-            from prefect.logging.handlers import APILogHandler
+            try:
+                result = build_flow(cfg, server.api_url, progress=progress)(str(out), return_state=True)
+            finally:
+                from prefect.logging.handlers import APILogHandler
 
-            APILogHandler().flush()  # the run's last log lines reach the server before it stops
+                APILogHandler().flush()  # the run's last log lines reach the server before it stops, Ctrl-C or not
             return _result(result)
     finally:
         server.stop()
+
+
+def embedded_server():
+    """The embedded Prefect server Prefect would start for a run without one, started so that it dies with this
+    process: a flow run killed with SIGKILL left its uvicorn running, reparented to init (Linux: the server is told
+    to get SIGTERM when its parent dies)."""
+    import subprocess
+
+    from prefect.server.api.server import SubprocessASGIServer
+
+    server = SubprocessASGIServer()
+    popen = subprocess.Popen
+
+    def with_parent(*args, **kwargs):
+        if sys.platform.startswith("linux"):
+            kwargs.setdefault("preexec_fn", _die_with_parent)
+        return popen(*args, **kwargs)
+
+    subprocess.Popen = with_parent  # type: ignore[misc,assignment]  # only while the server starts, in this thread
+    try:
+        server.start()
+    finally:
+        subprocess.Popen = popen  # type: ignore[misc]
+    return server
+
+
+def _die_with_parent() -> None:
+    import ctypes
+    import signal
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def _result(state) -> dict:

@@ -1021,7 +1021,10 @@ class Trainer:
                 self._log(m)
                 out.append(m)
             end = self.cfg.steps if stop_after is None else min(self.cfg.steps, self.step + stop_after)
+            from curate.core.stop import check
+
             while self.step < end and not self._budget_spent():
+                check()  # a stop asked for: the last checkpoint stands, --resume continues from it
                 before = self.completions
                 m = self.train_step()
                 self.step += 1

@@ -83,6 +83,20 @@ def _wait_completed(url: str, deployment: str, seconds: float, proc: subprocess.
     pytest.fail(f"no run of {deployment} finished in {seconds:.0f} s")
 
 
+def _estimating_config(tmp_path: Path) -> Path:
+    """What users schedule: curation, difficulty on the default engine (vLLM in process, the bundled model, few-shot),
+    an export and a training task; small enough for a one-minute cron on this machine."""
+    p = tmp_path / "nightly.json"
+    p.write_text(json.dumps({
+        "sources": [{"spec": "synthetic:n=200,seed=1,mix=ladder", "name": "synthetic"}], "decontam": {"benchmarks": []},
+        "difficulty": {"backend": "vllm", "template": "fewshot", "limit": 4, "store": None,
+                       "sampling": {"k": 2, "temperature": 1.0, "max_tokens": 32}},
+        "export": {"format": "parquet"},
+        "train": {"steps": 1, "prompts_per_step": 2, "group_size": 2, "max_tokens": 16, "short_batch": "skip",
+                  "save_every": 1}}))
+    return p
+
+
 def test_a_flow_served_on_a_one_minute_cron_fires_and_completes(server, tmp_path):
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
@@ -92,17 +106,22 @@ def test_a_flow_served_on_a_one_minute_cron_fires_and_completes(server, tmp_path
 
     url, env, server_log = server
     out = tmp_path / "nightly"
-    proc = subprocess.Popen([str(BIN / "gradus"), "flow", "serve", str(_small_config(tmp_path)), "--out", str(out),
+    proc = subprocess.Popen([str(BIN / "gradus"), "flow", "serve", str(_estimating_config(tmp_path)), "--out", str(out),
                              "--cron", "* * * * *", "--name", "every-minute"], cwd=tmp_path, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
-        run = _wait_completed(url, "every-minute", 200, proc)  # the next minute's tick, then the run itself
+        run = _wait_completed(url, "every-minute", 400, proc)  # the next minute's tick, then the run itself
     finally:
-        proc.terminate()
+        t0 = time.monotonic()
+        proc.terminate()  # SIGTERM, as a service manager stops it: at once, in a line
         proc.wait(30)
+        stopped_in = time.monotonic() - t0
     assert run.state.type.value == "COMPLETED" and run.auto_scheduled, run.state
     summary = json.loads((out / "latest" / "summary.json").read_text())
     assert summary["flow_run_id"] == str(run.id) and summary["stages"]["dedup"]["rows_kept"] > 0
+    # the difficulty task ran on vLLM in the served process after dedup had loaded numba; training followed
+    assert summary["stages"]["difficulty"]["rows_kept"] == 4 and summary["train"]["steps"] == 1
+    assert stopped_in < 10 and "gradus flow serve: stopped (SIGTERM)" in proc.stdout.read().decode()
     with temporary_settings({PREFECT_API_URL: url}), get_client(sync_client=True) as client:
         arts = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[artifact_key(out, "card")])))
         assert arts and arts[0].flow_run_id == run.id and "## Filter waterfall" in arts[0].data

@@ -231,3 +231,59 @@ def test_the_terminal_stays_quiet_while_the_server_gets_every_line(prefect_harne
     names = {x.name for x in logs}
     assert any(n.startswith("prefect.") for n in names), names  # Prefect's lifecycle lines
     assert any(x.name.startswith("curate") and " kept, " in x.message for x in logs)
+
+
+def test_a_run_that_overlaps_a_running_one_is_skipped_in_a_line(prefect_harness, tmp_path):
+    """A scheduled or deployed run starts while the previous one still holds the folder: it ends Cancelled with the
+    reason ("skipped: ... is in use by pid ...") instead of failing with a traceback."""
+    from flows.flow import FlowConfig, build_flow
+    from flows.runs import claim
+
+    cfg = FlowConfig.load(_config(tmp_path, [{"spec": "synthetic:n=10,seed=1", "name": "synthetic"}]))
+    out = tmp_path / "out"
+    claim(out)
+    held = FlowLock(out)
+    held.acquire()
+    try:
+        state = build_flow(cfg)(str(out), return_state=True)  # as a served run calls it
+    finally:
+        held.release()
+    assert state.type.value == "CANCELLED" and state.message.startswith("skipped: ")
+    assert f"in use by pid {os.getpid()}" in state.message
+    assert not (out / "runs").exists() or not any((out / "runs").iterdir())
+
+
+def test_ctrl_c_stops_a_flow_in_a_line_and_sigkill_leaves_no_server(tmp_path):
+    """``gradus flow run`` on the embedded server: Ctrl-C ends it within seconds (the stage's worker thread stops
+    between batches), exit 130, one line and no traceback, no empty run folder left; SIGKILL takes the embedded
+    server down with it instead of leaving uvicorn running."""
+    import psutil
+
+    path = _config(tmp_path, [{"spec": "synthetic:n=400000,seed=5", "name": "synthetic"}])
+    env = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL")}
+    env["PREFECT_HOME"] = str(tmp_path / "prefect_home")
+
+    def start(out):
+        proc = subprocess.Popen([sys.executable, "-m", "flows.cli", "flow", "run", str(path), "--out", str(out),
+                                 "--no-progress"], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+        deadline = time.monotonic() + 180
+        while not any((out / "stages" / "1_ingest").glob("*/.gradus-stage.json")):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.2)
+        return proc
+
+    proc = start(tmp_path / "a")
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and time.monotonic() - t0 < 30
+    assert "Traceback" not in err and err.strip().splitlines()[-1].startswith("gradus flow: interrupted")
+    assert not any((tmp_path / "a" / "runs").iterdir())  # the run folder it had made, empty, is gone
+    proc = start(tmp_path / "b")
+    children = [c for c in psutil.Process(proc.pid).children(recursive=True) if "uvicorn" in " ".join(c.cmdline())]
+    assert children, "no embedded server found"
+    proc.kill()
+    proc.wait()
+    gone, alive = psutil.wait_procs(children, timeout=20)
+    assert not alive, [c.cmdline() for c in alive]

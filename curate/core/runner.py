@@ -97,11 +97,17 @@ class StageRun:
         finally:
             took = time.perf_counter() - t0
             self.timings[key] += took
+            from curate.core.stop import check
+
+            check()  # between a stage's steps
             if key != "write" and took >= 1.0:  # a stage's long steps (dedup's signatures, pairs, clusters): progress
                 log.info("%s: %s done in %.1f s", self.name, key, took)
 
     def emit(self, kept: pa.Table, rejected: pa.Table | None = None, rows_in: int | None = None) -> None:
         """Write one batch's outcome. ``rows_in`` defaults to kept + rejected rows."""
+        from curate.core.stop import check
+
+        check()  # a stop asked for (Ctrl-C): the stage ends here, between batches
         with self.timed("write"):
             n_rej = 0 if rejected is None else rejected.num_rows
             self.rows_in += kept.num_rows + n_rej if rows_in is None else rows_in

@@ -512,9 +512,12 @@ class Estimator:
         grader.start()
         info.gen_started = time.perf_counter()
         try:
+            from curate.core.stop import check
+
             for rid, comps in sampler.stream(self._requests(todo_chunks, q, errors)):
                 if errors:
                     break
+                check()  # a stop asked for: finished parts are on disk, the run resumes from them
                 c, i = (int(x) for x in rid.split(":", 2)[:2])
                 self.stats["samples"] += len(comps)
                 self.stats["tokens"] += sum(x.n_tokens for x in comps)
