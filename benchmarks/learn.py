@@ -1,10 +1,10 @@
 """Does curated difficulty make RL training better? Prompt samplers against uniform at an equal completion budget.
 
-SmolLM2-135M-Instruct on CPU, preset ``dapo`` (4 prompts x 8 completions a step, 128 tokens, lr 1e-5, template
-``fewshot``, T = 1.0, dynamic sampling with at most 10 generation batches a step, short batches skipped and
-counted). Every arm trains until it has generated the same number of completions (``--budget``; dropped
+SmolLM2-135M-Instruct on CPU, preset ``dapo`` with one update per rollout batch (4 prompts x 8 completions a step,
+128 tokens, lr 1e-5, template ``fewshot``, T = 1.0, dynamic sampling with at most 10 generation batches a step, short
+batches skipped and counted). Every arm trains until it has generated the same number of completions (``--budget``; dropped
 groups counted) and is evaluated on the same held-out prompts at fixed points of that budget (``--evals``: greedy
-pass@1 and mean@4 at T = 1.0, per prompt in eval.jsonl).
+pass@1 and mean@2 at T = 1.0, per prompt in eval.jsonl).
 
 Two task families, four levels each:
 
@@ -24,10 +24,10 @@ T = 1.0); that cost in completions is reported beside the arms. Arms, on the sam
   offline estimate as prior;
 - ``signal_flat``: the same with every prompt flat (what the offline estimate adds).
 
-Reported, per family: completions per trained group (the waste of dynamic sampling), final held-out mean@4
+Reported, per family: completions per trained group (the waste of dynamic sampling), final held-out mean@2
 and greedy accuracy at the budget with paired 95% intervals against ``uniform`` over prompts (seeds averaged
 first), per level and overall, and seed by seed; the completions each arm needed to reach uniform's final
-mean@4 (linear between evaluation points); and the offline estimate's own cost. Every run's metrics.jsonl and
+mean@2 (linear between evaluation points); and the offline estimate's own cost. Every run's metrics.jsonl and
 eval.jsonl are kept under ``--keep``.
 
     python -P benchmarks/learn.py --family ladder --data /tmp/learn-ladder --jobs 2
@@ -64,8 +64,10 @@ RG_LEVELS = {
     "3": "task=chain_sum,min_terms=2,max_terms=2,min_digits=1,max_digits=2",
     "4": "task=basic_arithmetic,min_terms=2,max_terms=2,min_digits=1,max_digits=1,allow_parentheses=true",
 }
-SETTING = dict(preset="dapo", rollout_backend="vllm", template="fewshot", prompts_per_step=4, group_size=8,
-               max_tokens=128, lr=1e-5, temperature=1.0, micro_batch_size=16, short_batch="skip", eval_k=4)
+# one optimizer update per rollout batch (mini_batches=1, as the CPU learning setting in shared/ENGINES.md): the dapo
+# preset's 4 updates a batch cost 4x the training time for the same completions
+SETTING = dict(preset="dapo", mini_batches=1, rollout_backend="vllm", template="fewshot", prompts_per_step=4,
+               group_size=8, max_tokens=128, lr=1e-5, temperature=1.0, micro_batch_size=16, short_batch="skip", eval_k=2)
 
 
 def _write_jsonl(rows: list[dict], path: Path) -> None:
@@ -145,9 +147,10 @@ def arm_config(arm: str, seed: int, d: Path, out: Path, a, sets: dict):
     kw = dict(SETTING, max_tokens=a.max_tokens, seed=seed, out=str(out), eval_data=[str(d / "held_in")],
               eval_prompts=10**6, budget_completions=a.budget, eval_every_completions=a.budget // a.evals,
               eval_at_start=arm == "uniform", steps=10**6, save_every=a.save_every)
-    if arm == "kimi":  # the stages split the steps the budget is expected to buy at uniform's waste
-        expected = max(1, round(a.budget / (SETTING["prompts_per_step"] * SETTING["group_size"] * 3.5)))
-        return TrainConfig(data=[str(d / "kimi")], sampler="kimi", **{**kw, "steps": expected})
+    if arm == "kimi":  # the stages share the steps the budget is expected to buy at uniform's waste; the last one
+        # goes on until the budget is spent
+        expected = max(3, round(a.budget / (SETTING["prompts_per_step"] * SETTING["group_size"] * 3.5)))
+        return TrainConfig(data=[str(d / "kimi")], sampler="kimi", stage_steps=max(1, expected // 3), **kw)
     if arm == "uniform":
         return TrainConfig(data=[str(d / "scored")], sampler="uniform", **kw)
     return TrainConfig(data=[str(d / "scored")], sampler="signal", offline_prior=arm == "signal", **kw)
@@ -219,8 +222,8 @@ def report(d: Path) -> dict:
     out: dict = {"data": {k: v for k, v in sets.items() if k != "levels"}, "arms": {}, "vs_uniform": {}}
     # evaluation points: the step-0 evaluation (uniform's, the same policy for every arm of a seed) and each arm's own
     start = {r["seed"]: [e for e in r["eval"] if e["step"] == 0] for r in runs if r["arm"] == "uniform"}
-    final: dict = {}  # (arm, seed) -> {id: (mean@4, greedy)}
-    curve: dict = defaultdict(list)  # arm -> [(completions, mean@4 overall)] over seeds
+    final: dict = {}  # (arm, seed) -> {id: (mean@2, greedy)}
+    curve: dict = defaultdict(list)  # arm -> [(completions, mean@2 overall)] over seeds
     for r in runs:
         steps = [m for m in r["metrics"] if m.get("step", 0) > 0]
         trained = sum(m.get("groups") or 0 for m in steps)
@@ -229,25 +232,25 @@ def report(d: Path) -> dict:
         for e in start.get(r["seed"], []) + [e for e in r["eval"] if e["step"] > 0]:
             points[e.get("completions", 0) if e["step"] > 0 else 0].append(e)
         last = max(points)
-        final[r["arm"], r["seed"]] = {e["id"]: (e["mean@4"], float(e["greedy_correct"])) for e in points[last]}
+        final[r["arm"], r["seed"]] = {e["id"]: (e["mean@2"], float(e["greedy_correct"])) for e in points[last]}
         for c, es in sorted(points.items()):
-            curve[r["arm"]].append((c, r["seed"], statistics.mean(e["mean@4"] for e in es)))
+            curve[r["arm"]].append((c, r["seed"], statistics.mean(e["mean@2"] for e in es)))
         row = out["arms"].setdefault(r["arm"], {"runs": []})
         row["runs"].append({"seed": r["seed"], "steps": len(steps), "trained_groups": trained, "completions": completions,
                             "completions_per_group": round(completions / trained, 2) if trained else None,
                             "skipped_steps": sum(1 for m in steps if m.get("skipped")),
-                            "final_mean@4": round(statistics.mean(v[0] for v in final[r["arm"], r["seed"]].values()), 4),
+                            "final_mean@2": round(statistics.mean(v[0] for v in final[r["arm"], r["seed"]].values()), 4),
                             "final_greedy": round(statistics.mean(v[1] for v in final[r["arm"], r["seed"]].values()), 4),
-                            "curve": [(c, round(statistics.mean(e["mean@4"] for e in es), 4))
+                            "curve": [(c, round(statistics.mean(e["mean@2"] for e in es), 4))
                                       for c, es in sorted(points.items())]})
     for row in out["arms"].values():
         rs = row["runs"]
         row["completions_per_group"] = round(sum(x["completions"] for x in rs) / max(1, sum(x["trained_groups"] for x in rs)), 2)
-        row["final_mean@4"] = round(statistics.mean(x["final_mean@4"] for x in rs), 4)
+        row["final_mean@2"] = round(statistics.mean(x["final_mean@2"] for x in rs), 4)
         row["final_greedy"] = round(statistics.mean(x["final_greedy"] for x in rs), 4)
     uni = out["arms"].get("uniform")
     if uni:
-        target = uni["final_mean@4"]
+        target = uni["final_mean@2"]
         for arm, row in out["arms"].items():
             row["completions_per_group_vs_uniform"] = round(row["completions_per_group"] / uni["completions_per_group"], 3)
             row["completions_to_uniform_final"] = _reach(curve[arm], target)
@@ -258,7 +261,7 @@ def report(d: Path) -> dict:
         if not seeds:
             continue
         res: dict = {}
-        for mi, metric in enumerate(("mean@4", "greedy")):
+        for mi, metric in enumerate(("mean@2", "greedy")):
             for lv in (*LEVELS, "all"):
                 ids = [i for i in final["uniform", seeds[0]] if lv == "all" or levels.get(i) == lv]
                 if not ids:
@@ -274,7 +277,7 @@ def report(d: Path) -> dict:
 
 
 def _reach(points: list[tuple[int, int, float]], target: float) -> int | None:
-    """Completions at which the seed-averaged mean@4 curve first reaches ``target`` (linear between points)."""
+    """Completions at which the seed-averaged mean@2 curve first reaches ``target`` (linear between points)."""
     by_c: dict = defaultdict(list)
     for c, _, v in points:
         by_c[c].append(v)
@@ -296,7 +299,7 @@ def main() -> None:
     ap.add_argument("--arms", default=",".join(ARMS))
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--jobs", type=int, default=1, help="runs at once (each gets cores / jobs threads)")
-    ap.add_argument("--budget", type=int, default=1280, help="completions each run generates (dropped groups counted)")
+    ap.add_argument("--budget", type=int, default=768, help="completions each run generates (dropped groups counted)")
     ap.add_argument("--evals", type=int, default=2, help="held-out evaluations along the budget (at budget / evals, ...)")
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--k", type=int, default=8, help="samples per training problem for the offline estimate")
