@@ -46,4 +46,4 @@ check: lint typecheck
 
 bench: $(STAMP)
 	$(PY) -m pip install -q -e '.[bench]'
-	$(PY) benchmarks/curate.py
+	$(PY) benchmarks/curation.py

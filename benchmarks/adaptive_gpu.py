@@ -30,12 +30,9 @@ import json
 import math
 import os
 import random
-import sys
 import tempfile
 import time
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 MARGIN = -0.005  # the non-inferiority margin on bucket accuracy
 

@@ -31,8 +31,6 @@ from pathlib import Path
 import numpy as np
 from scipy import special, stats
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 from benchmarks.adaptive import SHAPES, true_bucket
 from curate.difficulty.adaptive import BUCKETS, EDGES, AdaptiveConfig, decide, observed_bucket
 

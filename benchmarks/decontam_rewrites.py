@@ -17,11 +17,9 @@ import argparse
 import json
 import os
 import re
-import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # the project, not benchmarks/curate.py, is ``curate``
 
 _VERBS = [("What is", "Find"), ("Find", "Determine"), ("Compute", "Calculate"), ("Evaluate", "Compute"),
           ("Calculate", "Compute"), ("Determine", "Find"), ("Simplify", "Compute")]

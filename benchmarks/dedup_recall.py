@@ -23,12 +23,9 @@ from __future__ import annotations
 
 import argparse
 import re
-import sys
 from pathlib import Path
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the project, not benchmarks/curate.py
 
 
 def true_pairs(shingles: list[np.ndarray], t: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

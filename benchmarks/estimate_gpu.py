@@ -15,12 +15,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 SHAPES = {  # hidden, layers, heads, kv heads, intermediate, vocabulary (None: the tokenizer's)
     "tiny": (64, 2, 4, 2, 128, None),  # a smoke run of the GPU scripts on CPU

@@ -25,14 +25,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 
 import pyarrow as pa
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # the project, not benchmarks/curate.py, is ``curate``
 CHECK_SET = ROOT / "tests" / "data" / "filter_check_set.jsonl"
 LABELS = ("mcq", "proof", "yesno", "multipart", "figure", "other")
 FILTER_REASONS = ("mcq", "proof", "yesno", "multipart", "figure")

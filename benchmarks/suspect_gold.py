@@ -35,11 +35,8 @@ import argparse
 import json
 import random
 import re
-import sys
 from collections import Counter, defaultdict
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 REGRADED = ("correct", "wrong", "timeout")  # outcomes that depend on the gold; no_answer and truncated do not
 _LAST_NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?!.*\d)", re.S)

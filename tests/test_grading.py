@@ -234,7 +234,7 @@ def test_each_item_of_a_chunk_gets_its_own_deadline():
 
 
 def test_other_problems_unboxed_solutions_are_never_graded_correct(real_data):
-    # The anchored rule on real MATH solutions (see benchmarks/grading_rule.py): (a) another problem's solution
+    # The anchored rule on real MATH solutions (see dev/grading_rule.py): (a) another problem's solution
     # with its boxes removed, graded against this problem's gold; (b) a solution cut just before the sentence
     # of its first box, graded against its own gold. Any "correct" is credit for an answer never given; the
     # old any-last-expression tail rule gave 19 of 1,500 and 112 of 1,333 here.

@@ -177,7 +177,7 @@ def _write(f, data) -> None:
     """``data`` (an array, C order, or any buffer) into the open binary file ``f`` in writes of ``WRITE_CHUNK``
     bytes: the bytes ``ndarray.tofile`` writes. On Linux 6.18's ext4 (this project's 2-core machines) a buffered
     write of 128 KB or more into new pages of the page cache runs at about 370 MB/s and one of 64 KB at about
-    3.3 GB/s (``benchmarks/write_sizes.py``); the scratch files are about 1 KB per row with a signature, so a large
+    3.3 GB/s (``dev/write_sizes.py``); the scratch files are about 1 KB per row with a signature, so a large
     write would spend more time in the kernel than the signatures cost to compute."""
     if isinstance(data, np.ndarray):
         view = np.ascontiguousarray(data).reshape(-1).view(np.uint8).data

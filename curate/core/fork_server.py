@@ -19,7 +19,7 @@ CPU time in the kernel. So:
   the collections they set off cost about 0.15 s of the server's 1 s), and what they made is then frozen
   (``gc.freeze``): the workers' collections skip it and leave its pages shared.
 
-Measured together (``benchmarks/dedup_ab.py``, 4 rounds each): 1.15x fewer CPU seconds on 1M rows without exact copies
+Measured together (``dev/dedup_ab.py``, 4 rounds each): 1.15x fewer CPU seconds on 1M rows without exact copies
 (20.0 -> 17.3), 1.09x with them (11.0 -> 10.1), the same shards."""
 
 from __future__ import annotations

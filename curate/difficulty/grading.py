@@ -336,7 +336,7 @@ def _worker_verify(item: tuple, timeout_s: int) -> ParseResult:
             if len(_WORKER_GOLD) > 100_000:
                 _WORKER_GOLD.clear()
             _WORKER_GOLD[gold] = g
-        if how == "tail_any":  # the pre-anchored rule, kept only so benchmarks/grading_rule.py can compare
+        if how == "tail_any":  # the pre-anchored rule, kept only so dev/grading_rule.py can compare
             p = parse(pred, parsing_timeout=timeout_s, raise_on_error=True)
         elif how == "anchored":
             p = parse(pred, extraction_config=_anchored_config(), extraction_mode="first_match",

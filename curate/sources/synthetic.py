@@ -92,7 +92,7 @@ def _ladder(rng: np.random.Generator, d: int) -> tuple[str, str, str, str]:
     """A problem of ladder level ``d`` (1 easiest .. 5 hardest): (problem, answer, subject, kind).
 
     The rungs, with the bundled SmolLM2-135M's mean pass rate per problem family under the ``fewshot``
-    template at T=0.7 (8 problems a family, k=10, measured while choosing them; ``benchmarks/ladder.py``
+    template at T=0.7 (8 problems a family, k=10, measured while choosing them; ``dev/ladder.py``
     measures the rungs): 1 a one-digit sum (0.82) or a one-digit number times 10 (0.88); 2 a one-digit
     difference or product (0.59); 3 a two-digit plus a one-digit number (0.33) or ``x + a = b`` with one-digit
     a, x (0.36); 4 two two-digit numbers (0.19), ``2x = b`` (0.19), two-digit minus one-digit (0.12), three

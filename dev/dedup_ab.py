@@ -1,7 +1,7 @@
 """Interleaved A/B of the dedup stage (or decontam, the filter): two checkouts of gradus, the same ingested input,
 runs alternating.
 
-    python benchmarks/dedup_ab.py --base /path/to/old/checkout --new . --input INGESTED_DIR [--rounds 4]
+    python dev/dedup_ab.py --base /path/to/old/checkout --new . --input INGESTED_DIR [--rounds 4]
         [--stage dedup|decontam|filter|filter_no_gate]
 
 This machine's speed drifts by 10-40% from one minute to the next, so two versions are compared run for run, in
@@ -30,7 +30,7 @@ src, out, stage = [Path(sys.argv[2])], Path(sys.argv[3]), sys.argv[4]
 t0 = time.perf_counter()
 if stage == "dedup":
     m = dedup_stage(src, out, force=True)
-elif stage == "decontam":  # the benchmark's three sets (``benchmarks/curate.py``)
+elif stage == "decontam":  # the benchmark's three sets (``benchmarks/curation.py``)
     from curate.clean.decontam import DecontamConfig
     m = decontam_stage(src, out, DecontamConfig(benchmarks=("aime24", "math500", "amc23")), force=True)
 else:  # filter (the gold gate, no verdict cache: a first run) or filter_no_gate

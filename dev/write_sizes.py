@@ -1,14 +1,14 @@
 """How fast buffered writes of each size put new data into the page cache (why dedup's scratch files are written
 64 KB at a time, ``curate.clean.dedup_disk._write``).
 
-    python benchmarks/write_sizes.py [--folder /tmp] [--mb 26] [--rounds 6]
+    python dev/write_sizes.py [--folder /tmp] [--mb 26] [--rounds 6]
 
 Writes ``--mb`` MB files into ``--folder``, keeping every file until the end (a dedup run keeps its scratch files
 too), the sizes interleaved round by round, and prints MB/s per write size with the median. On this project's
 2-core machines (Linux 6.18, ext4) writes of 128 KB and more ran at about 370 MB/s and writes of 64 KB at about
 3.3 GB/s; elsewhere the sizes may not differ at all.
 
-    python benchmarks/write_sizes.py --volume-gb 12 [--folder /tmp]
+    python dev/write_sizes.py --volume-gb 12 [--folder /tmp]
 
 writes ``--volume-gb`` GB instead, a GB a file, in 64 KB writes (dedup's ``_write``), keeping every file until the
 end, and prints each GB's seconds and the system CPU seconds it took: what a run's scratch volume costs as it grows.
@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -69,7 +68,6 @@ def main() -> None:
 def volume(where: Path, gb: int) -> None:
     """``gb`` files of 1 GB, written by dedup's own ``_write`` (64 KB a write), all kept until the end: each GB's
     wall and system CPU seconds."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from curate.clean.dedup_disk import _write
 
     data = np.random.default_rng(0).integers(0, 2**63, size=(64 << 20) // 8, dtype=np.uint64)

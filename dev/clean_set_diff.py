@@ -1,6 +1,6 @@
 """Where every input row ended in two curation runs, and which rows changed fate.
 
-    python benchmarks/clean_set_diff.py runs/before runs/after [--examples 3]
+    python dev/clean_set_diff.py runs/before runs/after [--examples 3]
 
 Rows are matched by (origin file's last two path parts, source id); a source id ``file.json:17`` (row-number ids qualified by the
 file name) matches the bare ``17`` of an older run. Each row's fate is ``kept`` or ``<stage>:<reason>``;
@@ -10,11 +10,8 @@ the table counts the rows per (before, after) pair whose fate changed, biggest f
 from __future__ import annotations
 
 import argparse
-import sys
 from collections import Counter, defaultdict
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the project, not benchmarks/curate.py
 
 STAGES = ("1_ingest", "2_filter", "3_decontam", "4_dedup")
 

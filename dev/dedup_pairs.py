@@ -1,6 +1,6 @@
 """The disk dedup's pairs step alone (band jobs, then judge jobs), timed again and again on one work folder.
 
-    python benchmarks/dedup_pairs.py --input INGESTED_DIR --work SCRATCH_DIR [--rounds 3]
+    python dev/dedup_pairs.py --input INGESTED_DIR --work SCRATCH_DIR [--rounds 3]
 
 The first call builds the per-shard files into ``--work`` (steps 1a, 2 and 1b of ``curate.clean.dedup_disk``: at
 10M rows without copies about 30 s and 12 GB); later calls on the same folder find them and go straight to the
@@ -9,7 +9,7 @@ seconds, the CPU seconds and minor page faults of this process and of its worker
 it returns: two checkouts (``cd`` into each and run this file from it) give the same hash or differ in which pairs
 they find. The folder is left for the next call; delete it when done.
 
-The stage's own timing (``benchmarks/curate.py``, ``benchmarks/dedup_ab.py``) holds this step with 70 s of others
+The stage's own timing (``benchmarks/curation.py``, ``dev/dedup_ab.py``) holds this step with 70 s of others
 around it, and this machine's speed drifts by 10-40% from one minute to the next: a change to the band jobs or the
 judge shows here first.
 """
