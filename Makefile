@@ -37,7 +37,7 @@ test-all: $(STAMP)
 	$(PY) -m pytest -q -m ""
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check curate flows tests benchmarks rl_stage data_cards
+	$(VENV)/bin/ruff check curate flows tests benchmarks dev rl_stage data_cards
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
