@@ -27,11 +27,11 @@ test: $(STAMP)
 
 # the data-parallel trainer on 2 ranks under torchrun (slow: about 7 minutes on 2 cores)
 test-dist: $(STAMP)
-	$(PY) -m pytest -q -m slow tests/test_rl_distributed.py
+	$(PY) -m pytest -q -m slow tests/rl/test_rl_distributed.py
 
 # schedules on a real `prefect server start`: a one-minute cron fires and completes; prefect.yaml deploys without a checkout
 test-server: $(STAMP)
-	$(PY) -m pytest -q -m slow tests/test_flow_schedule.py
+	$(PY) -m pytest -q -m slow tests/flows/test_flow_schedule.py
 
 test-all: $(STAMP)
 	$(PY) -m pytest -q -m ""

@@ -1,5 +1,5 @@
 """Responses and gold answers with the verdict a careful reader gives, written here (not copied from math-verify's
-tests): what ``tests/test_grading_cases.py`` holds the grader to, and ``benchmarks/grading_cases.py`` counts.
+tests): what ``tests/difficulty/test_grading_cases.py`` holds the grader to, and ``benchmarks/grading_cases.py`` counts.
 
 Each case: (kind, gold, response, correct). The rule they hold the grader to (README, grading): the final answer is
 the last one the response states (a box, or an explicit "the answer is X" after it); boxes with nothing or only

@@ -347,7 +347,7 @@ def test_benchmark_names_resolve_the_same_from_any_working_folder(tmp_path, monk
     monkeypatch.delenv("GRADUS_BENCHMARKS")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "nocache"))
     where = set()
-    for cwd in (tmp_path, Path(__file__).parents[1]):  # from the checkout's root, ../shared/data is no longer special
+    for cwd in (tmp_path, Path(__file__).parents[2]):  # from the checkout's root, ../shared/data is no longer special
         monkeypatch.chdir(cwd)
         where.add(resolve_benchmark("amc23")[1])
     assert len(where) == 1

@@ -17,7 +17,7 @@ import pytest
 from flows.runs import FlowFolderError, FlowLock
 
 pytest.importorskip("prefect")
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _config(tmp_path: Path, sources: list, name: str = "flow.json", **extra) -> Path:

@@ -241,7 +241,7 @@ def test_other_problems_unboxed_solutions_are_never_graded_correct(real_data):
     import sys
     from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "dev"))
     from grading_rule import probes
 
     foreign, cut = probes(400)

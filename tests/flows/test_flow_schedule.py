@@ -17,7 +17,7 @@ from conftest import free_port
 
 pytest.importorskip("prefect")
 pytestmark = pytest.mark.slow
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 
 

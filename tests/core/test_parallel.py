@@ -91,7 +91,7 @@ def test_dedups_pool_forks_its_workers_from_a_server_that_loaded_the_compiled_lo
             "    with worker_pool(2, preload=True) as pool:\n"
             "        got = pool.submit(probe_mod.probe, 0).result()\n"
             "    print(repr(got))\n")
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300,
                          env={**os.environ, "PYTHONPATH": str(root)})
     assert out.returncode == 0, out.stderr[-2000:]

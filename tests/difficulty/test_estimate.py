@@ -1,7 +1,7 @@
 """Difficulty estimation logic: Wilson bounds, parameter keys, seeds, templates, chunked resume, the store.
 
 A scripted sampler stands in for the engine here (pure logic: chunking, resume, conservation); the real
-engines run in tests/test_estimate_engines.py.
+engines run in tests/difficulty/test_estimate_engines.py.
 """
 
 from __future__ import annotations
