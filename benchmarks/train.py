@@ -1,5 +1,10 @@
 """Seconds per GRPO step and generated tokens/s: this trainer vs TRL's GRPOTrainer, same model, data, batch.
 
+Both sides do identical work (``IDENTICAL``; printed with the figures, and the script stops if either side made
+more than one optimizer update per rollout batch). A fourth run gives what gradus runs by default (DAPO's dynamic
+sampling with the signal sampler): not identical work, so its figure that compares is the time per *useful* group
+(a group whose rewards differ: the only kind that moves the policy), beside TRL's.
+
 Both sides: the bundled SmolLM2-135M-Instruct in fp32 on CPU, the same easy-sum prompts in the model's chat
 template, P prompts x G completions per step, the same completion budget, temperature 1.0, lr 1e-6, no KL,
 token-mean loss (TRL ``loss_type="dapo"``; ours the ``dapo`` preset with dynamic sampling and overlong
@@ -43,21 +48,37 @@ def make_data(d: Path, n: int = 32) -> Path:
     return d / "export"
 
 
-def run_ours(a, data: Path, out: Path, backend: str) -> dict:
+# the work both trainers do, pinned: one optimizer update per rollout batch (TRL: steps_per_generation 1,
+# num_iterations 1), token-mean loss (TRL loss_type "dapo"), no KL, no dynamic sampling, no overlong shaping, rewards
+# 1/0, clip 0.2 both ways, every prompt drawn uniformly, T = 1.0, top_p 1, the chat template with the boxed
+# instruction, fp32 on CPU
+IDENTICAL = dict(preset="dapo", mini_batches=1, num_iterations=1, kl_coef=0.0, dynamic_sampling=False,
+                 overlong_shaping=False, wrong_reward=0.0, eps_low=0.2, eps_high=0.2, sampler="uniform", template="chat",
+                 temperature=1.0, top_p=1.0, lr=1e-6)
+
+
+def run_ours(a, data: Path, out: Path, backend: str, real: bool = False) -> dict:
     from rl_stage.trainer import TrainConfig, Trainer
 
-    cfg = TrainConfig(data=[str(data)], out=str(out), preset="dapo", dynamic_sampling=False, overlong_shaping=False,
-                      rollout_backend=backend, prompts_per_step=a.prompts, group_size=a.group, max_tokens=a.max_tokens,
-                      steps=a.steps, save_every=10**6, lr=1e-6, micro_batch_size=a.prompts * a.group, prioritized=False,
-                      seed=0)
+    setting = dict(IDENTICAL)
+    if real:  # what gradus runs by default: DAPO's dynamic sampling with the signal sampler (not identical work)
+        setting.update(dynamic_sampling=True, sampler="signal", short_batch="skip")
+    cfg = TrainConfig(data=[str(data)], out=str(out), rollout_backend=backend, prompts_per_step=a.prompts,
+                      group_size=a.group, max_tokens=a.max_tokens, steps=a.steps, save_every=10**6,
+                      micro_batch_size=a.prompts * a.group, seed=0, **setting)
     t0 = time.perf_counter()
     ms = Trainer(cfg).run(progress=False)
     total = time.perf_counter() - t0
     steps = [m for m in ms if m.get("step", 0) > 0][1:]
-    return {"trainer": f"gradus ({backend} rollouts)", "s_per_step": round(statistics.median(m["time/step_s"] for m in steps), 2),
+    updates = sorted({m.get("updates", 0) for m in steps if not m.get("skipped")})
+    useful = sum(m.get("groups_with_signal") or 0 for m in steps)
+    return {"trainer": f"gradus ({backend} rollouts{', dynamic sampling + signal sampler' if real else ''})",
+            "s_per_step": round(statistics.median(m["time/step_s"] for m in steps), 2),
             "tokens_per_s": round(sum(m["tokens_generated"] for m in steps) / sum(m["time/step_s"] for m in steps), 1),
             "gen_s": round(statistics.median(m["time/generate_s"] for m in steps), 2),
             "train_s": round(statistics.median(m["time/train_s"] for m in steps), 2),
+            "updates_per_batch": updates, "groups_with_signal_per_step": round(useful / len(steps), 2),
+            "s_per_useful_group": round(sum(m["time/step_s"] for m in steps) / max(1, useful), 2),
             "wall_s_incl_setup": round(total, 1)}
 
 
@@ -94,9 +115,10 @@ def run_trl(a, data: Path, out: Path) -> dict:
             marks.append((time.perf_counter(), state.global_step))
 
     cfg = GRPOConfig(output_dir=str(out), per_device_train_batch_size=a.prompts * a.group, num_generations=a.group,
-                     max_completion_length=a.max_tokens, temperature=1.0, learning_rate=1e-6, beta=0.0, loss_type="dapo",
-                     max_steps=a.steps, logging_steps=1, save_strategy="no", report_to="none", use_cpu=True, bf16=False,
-                     seed=0, gradient_accumulation_steps=1, use_vllm=False)
+                     max_completion_length=a.max_tokens, temperature=1.0, top_p=1.0, learning_rate=1e-6, beta=0.0,
+                     loss_type="dapo", epsilon=0.2, max_steps=a.steps, logging_steps=1, save_strategy="no",
+                     report_to="none", use_cpu=True, bf16=False, seed=0, gradient_accumulation_steps=1, use_vllm=False,
+                     steps_per_generation=1, num_iterations=1)
     t0 = time.perf_counter()
     trainer = GRPOTrainer(model=model, reward_funcs=[accuracy], args=cfg, train_dataset=ds, processing_class=tok,
                           callbacks=[Clock()])
@@ -108,8 +130,14 @@ def run_trl(a, data: Path, out: Path) -> dict:
     # generated tokens per step from TRL's own log (mean completion length x completions per step)
     lens = [h["completions/mean_length"] for h in trainer.state.log_history if "completions/mean_length" in h]
     tk = [ln * a.prompts * a.group for ln in lens][1:]
+    zero = [h["frac_reward_zero_std"] for h in trainer.state.log_history if "frac_reward_zero_std" in h][1:]
+    useful = sum((1 - z) * a.prompts for z in zero)
+    # one optimizer step per generation batch: TRL's global step counts optimizer steps, one per on_step_end
+    steps_done = trainer.state.global_step
     return {"trainer": "TRL GRPOTrainer (transformers generate)", "s_per_step": round(statistics.median(per), 2),
-            "tokens_per_s": round(sum(tk) / sum(per), 1), "wall_s_incl_setup": round(total, 1)}
+            "tokens_per_s": round(sum(tk) / sum(per), 1), "updates_per_batch": [1] if steps_done == a.steps else [],
+            "groups_with_signal_per_step": round(useful / max(1, len(zero)), 2),
+            "s_per_useful_group": round(sum(per) / max(1e-9, useful), 2), "wall_s_incl_setup": round(total, 1)}
 
 
 def main() -> None:
@@ -118,20 +146,21 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=4)
     ap.add_argument("--group", type=int, default=4)
     ap.add_argument("--max-tokens", type=int, default=64)
-    ap.add_argument("--only", choices=["ours-hf", "ours-vllm", "trl"])
+    ap.add_argument("--only", choices=["ours-hf", "ours-vllm", "ours-vllm-real", "trl"])
     ap.add_argument("--data")
     ap.add_argument("--json")
     a = ap.parse_args()
     if a.only:
         data = Path(a.data)
         out = Path(tempfile.mkdtemp(prefix="gradus-train-bench-"))
-        res = run_trl(a, data, out) if a.only == "trl" else run_ours(a, data, out / "run", a.only.split("-")[1])
+        res = (run_trl(a, data, out) if a.only == "trl"
+               else run_ours(a, data, out / "run", a.only.split("-")[1], real=a.only.endswith("-real")))
         print("RESULT " + json.dumps(res), flush=True)
         return
     tmp = Path(tempfile.mkdtemp(prefix="gradus-train-bench-"))
     data = make_data(tmp)
     results = []
-    for which in ("trl", "ours-hf", "ours-vllm"):
+    for which in ("trl", "ours-hf", "ours-vllm", "ours-vllm-real"):
         cmd = [sys.executable, __file__, "--only", which, "--data", str(data), "--steps", str(a.steps), "--prompts",
                str(a.prompts), "--group", str(a.group), "--max-tokens", str(a.max_tokens)]
         p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
@@ -140,10 +169,16 @@ def main() -> None:
             print(p.stdout[-3000:], p.stderr[-3000:], file=sys.stderr)
             raise SystemExit(f"{which} failed")
         results.append(json.loads(line[-1][7:]))
+    identical = [r for r in results if "dynamic sampling" not in r["trainer"]]
+    if any(r["updates_per_batch"] != [1] for r in identical):  # the comparison holds only on identical work
+        raise SystemExit(f"not identical work: updates per rollout batch {[r['updates_per_batch'] for r in identical]}")
     base = results[0]["s_per_step"]
     for r in results:
         r["speedup_vs_trl"] = round(base / r["s_per_step"], 2)
-    fig = {"steps": a.steps, "prompts_per_step": a.prompts, "group": a.group, "max_tokens": a.max_tokens, "results": results}
+    fig = {"steps": a.steps, "prompts_per_step": a.prompts, "group": a.group, "max_tokens": a.max_tokens,
+           "identical_work": {**IDENTICAL, "trl": "GRPOConfig(loss_type='dapo', beta=0, epsilon=0.2, steps_per_generation=1, "
+                              "num_iterations=1, temperature=1.0, top_p=1.0, learning_rate=1e-6)"},
+           "results": results}
     print(json.dumps(fig, indent=2))
     if a.json:
         Path(a.json).write_text(json.dumps(fig, indent=2))
