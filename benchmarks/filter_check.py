@@ -42,7 +42,7 @@ def data_root() -> Path:
 
 def load_rows(root: Path | None = None) -> list[dict]:
     """The labelled rows, each with its record (as ``gradus ingest`` makes it) under ``record``."""
-    from curate.pipeline import _records
+    from curate.pipeline import to_records
     from curate.sources.adapters import apply_adapter, detect_adapter, row_id_prefix
     from curate.sources.readers import read_source
 
@@ -56,7 +56,7 @@ def load_rows(root: Path | None = None) -> list[dict]:
         spec = str(root / rel)
         for raw in read_source(spec):
             cols = apply_adapter(detect_adapter(raw), raw, row_id_prefix(spec))
-            table, _, _, _ = _records(cols, raw.num_rows, "check", spec)
+            table, _, _, _ = to_records(cols, raw.num_rows, "check", spec)
             for rec in table.to_pylist():
                 if rec["source_id"] in ids:
                     found[(rel, rec["source_id"])] = rec

@@ -1,6 +1,6 @@
 """Suspect golds: recall, false-flag rate and precision of the estimator's rule, on golds corrupted on purpose.
 
-The rule (``curate/difficulty/estimate.py`` ``_consensus``, ``SUSPECT_RULE`` 2) flags a row when no sample is graded
+The rule (``curate/difficulty/estimate.py`` ``consensus``, ``SUSPECT_RULE`` 2) flags a row when no sample is graded
 correct and at least max(3, half of the samples) agree on one answer other than the gold. Rule 1, beside it for
 comparison, drops "no sample graded correct".
 
@@ -84,11 +84,11 @@ def typo(gold: str, rng: random.Random) -> str | None:
 
 def rules(pool, answers: list, outcomes: list[str]) -> tuple[bool, bool]:
     """(rule 2, rule 1) flags of one row."""
-    from curate.difficulty.estimate import _consensus
+    from curate.difficulty.estimate import consensus
 
-    r2 = _consensus(pool, answers, outcomes)["suspect_gold"]
+    r2 = consensus(pool, answers, outcomes)["suspect_gold"]
     # rule 1: correct samples neither count as a wrong answer nor veto the flag
-    r1 = _consensus(pool, answers, ["correct_" if o == "correct" else o for o in outcomes])["suspect_gold"]
+    r1 = consensus(pool, answers, ["correct_" if o == "correct" else o for o in outcomes])["suspect_gold"]
     return bool(r2), bool(r1)
 
 

@@ -37,7 +37,7 @@ KNOWN_LICENSES = {"math": "mit", "math500": "mit", "deepscaler": "mit", "orz": "
                   "synthetic": "apache-2.0"}
 
 
-def _level_number(v: Any) -> float | None:
+def level_number(v: Any) -> float | None:
     """A declared difficulty as a number: ``Level 3`` -> 3, ``4.5`` -> 4.5; anything else None."""
     if v is None:
         return None
@@ -200,7 +200,7 @@ def _difficulty(p: Path, m: Manifest) -> dict:
             if row["level"] is not None:
                 by_level[str(row["level"])].append(rate)
                 hist_by_level[str(row["level"])][nc] += 1
-                lv = _level_number(row["level"])
+                lv = level_number(row["level"])
                 if lv is not None:
                     pairs.append((rate, lv))
             if row["n_graded"] is not None and row["n_graded"] < k:

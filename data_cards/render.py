@@ -1,4 +1,5 @@
-"""Rendering a card: PNG plots (matplotlib, headless), README.md with the Hugging Face YAML header, terminal view, diff.
+"""Rendering a card: README.md with the Hugging Face YAML header and card.json, beside its plots
+(``data_cards.plots``); its terminal view and diff are ``data_cards.view``.
 
     write_card("runs/demo")                 # README.md, card.json, plots/*.png into the folder
     print(show_text(load_card("runs/demo")))
@@ -14,119 +15,12 @@ from typing import Any
 
 from curate.core.manifest import ManifestError
 from curate.core.shards import write_json_atomic
-from data_cards.card import _level_number, build_card, size_category
+from data_cards.card import build_card, size_category
+from data_cards.plots import make_plots, pyplot
 
 CARD_JSON = "card.json"
 README = "README.md"
 PLOTS = "plots"
-
-
-# ---------------------------------------------------------------------------------------------- plots
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def make_plots(card: dict, out: Path) -> list[str]:
-    """The card's figures as PNGs under ``out``; returns their file names (relative to ``out``'s parent)."""
-    plt = _plt()
-    out.mkdir(parents=True, exist_ok=True)
-    made = []
-
-    wf = card.get("waterfall", [])
-    if wf:
-        fig, ax = plt.subplots(figsize=(8, 0.6 + 0.45 * (len(wf) + 1)))
-        labels = ["rows read"] + [f"after {s['stage']}" for s in wf]
-        values = [wf[0]["rows_in"]] + [s["rows_out"] for s in wf]
-        ax.barh(labels[::-1], values[::-1], color="#4c72b0")
-        for y, v in enumerate(values[::-1]):
-            ax.text(v, y, f" {v:,}", va="center", fontsize=9)
-        ax.set_xlabel("rows")
-        ax.set_title("Rows through the pipeline")
-        ax.set_xlim(0, max(values) * 1.15 or 1)
-        made.append(_save(fig, out / "waterfall.png"))
-
-    diff = card.get("difficulty")
-    if diff:
-        fig, ax = plt.subplots(figsize=(7, 3.2))
-        ks = list(diff["histogram"])
-        ax.bar(ks, [diff["histogram"][k] for k in ks], color="#55a868")
-        ax.set_xlabel(f"correct samples of k = {diff['k']}")
-        ax.set_ylabel("problems")
-        ax.set_title(f"Pass counts ({diff['model']}, T = {diff['temperature']})")
-        made.append(_save(fig, out / "pass_counts.png"))
-        levels = {lv: v for lv, v in diff["pass_rate_by_level"].items() if v}
-        if len(levels) >= 2 and diff.get("spearman_rho_pass_rate_vs_level") is not None:
-            order = sorted(levels, key=lambda x: (_num(x), x))
-            fig, ax = plt.subplots(figsize=(7, 3.2))
-            ax.boxplot([levels[lv] for lv in order], tick_labels=order)
-            rho = diff.get("spearman_rho_pass_rate_vs_level")
-            ax.set_title(f"Pass rate by declared level (Spearman rho = {rho})")
-            ax.set_ylabel("pass rate")
-            ax.set_ylim(-0.05, 1.05)
-            made.append(_save(fig, out / "pass_rate_by_level.png"))
-        rel = (diff.get("sequential") or {}).get("reliability")
-        if rel and rel.get("bins"):
-            fig, ax = plt.subplots(figsize=(4.6, 4.2))
-            ax.plot([0, 1], [0, 1], color="#999999", lw=1, ls="--", label="calibrated")
-            xs, ys = [b["mean_mass"] for b in rel["bins"]], [b["share_right"] for b in rel["bins"]]
-            ax.plot(xs, ys, marker="o", color="#c44e52", label=f"this run's rule (ECE {rel['ece']})")
-            for b in rel["bins"]:
-                ax.annotate(f"{b['problems']:,}", (b["mean_mass"], b["share_right"]), fontsize=6,
-                            textcoords="offset points", xytext=(3, -9))
-            ax.set_xlim(0, 1.02)
-            ax.set_ylim(0, 1.02)
-            ax.set_xlabel("mass given to the bucket chosen")
-            ax.set_ylabel("share whose bucket is the true one")
-            ax.set_title("Bucket masses: reliability (model of this run)", fontsize=9)
-            ax.legend(fontsize=7, loc="upper left")
-            made.append(_save(fig, out / "reliability.png"))
-
-    src = card.get("sources", {})
-    if src:
-        fig, ax = plt.subplots(figsize=(8.5, 1.1 + 0.45 * len(src)))
-        names = list(src)[::-1]
-        ax.barh(names, [src[n]["in"] for n in names], color="#c4c4c4", label="rows in")
-        ax.barh(names, [src[n]["final"] for n in names], color="#4c72b0", label="in the clean set")
-        for y, n in enumerate(names):
-            ax.text(src[n]["in"], y, f" {src[n]['final']:,} / {src[n]['in']:,}", va="center", fontsize=8)
-        ax.set_xlabel("rows")
-        ax.set_xlim(0, max(src[n]["in"] for n in names) * 1.3 or 1)
-        ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=8, frameon=False)
-        ax.set_title("Sources: rows in and in the clean set")
-        made.append(_save(fig, out / "sources.png"))
-
-    cur = card.get("curriculum")
-    if cur and cur.get("by_bucket"):
-        fig, ax = plt.subplots(figsize=(7, 3))
-        b = list(cur["by_bucket"])
-        x = range(len(b))
-        ax.bar([i - 0.2 for i in x], [cur["by_bucket"][k]["asked"] for k in b], width=0.4, label="asked", color="#c4c4c4")
-        ax.bar([i + 0.2 for i in x], [cur["by_bucket"][k]["taken"] for k in b], width=0.4, label="taken", color="#4c72b0")
-        ax.set_xticks(list(x), b)
-        ax.set_ylabel("rows")
-        ax.legend(fontsize=8)
-        ax.set_title(f"Target vs achieved ({cur['target']})")
-        made.append(_save(fig, out / "buckets.png"))
-    return [f"{out.name}/{m}" for m in made]
-
-
-def _num(x: str) -> float:
-    v = _level_number(x)
-    return v if v is not None else float("inf")
-
-
-def _save(fig, path: Path) -> str:
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    import matplotlib.pyplot as plt
-
-    plt.close(fig)
-    return path.name
 
 
 # --------------------------------------------------------------------------------------------- README
@@ -538,7 +432,7 @@ def public(card: dict) -> dict:
     return out
 
 
-def _rows_of(card: dict) -> dict[str, tuple[bool, int | None, int | None]]:
+def rows_of(card: dict) -> dict[str, tuple[bool, int | None, int | None]]:
     """id -> (in the card's result, n_correct, k): the rows the card describes as its result (the export's, else the
     clean set's) and the pass counts of the rows it scored."""
     from curate.core.shards import iter_batches
@@ -561,11 +455,11 @@ def _rows_of(card: dict) -> dict[str, tuple[bool, int | None, int | None]]:
 
 
 def _write_rows(card: dict, path: Path) -> None:
-    """``_rows_of(card)`` as ``card_rows.parquet``."""
+    """``rows_of(card)`` as ``card_rows.parquet``."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    rows = _rows_of(card)
+    rows = rows_of(card)
     table = pa.table({"id": pa.array(list(rows), pa.string()), "final": pa.array([r[0] for r in rows.values()]),
                       "n_correct": pa.array([r[1] for r in rows.values()], pa.int64()),
                       "k": pa.array([r[2] for r in rows.values()], pa.int64())})
@@ -617,140 +511,7 @@ def _numeric_order(card: dict) -> dict:
     return card
 
 
-# ------------------------------------------------------------------------------------------ terminal
-def show_text(card: dict) -> str:
-    """The card for a terminal: the waterfall, sources, contamination, difficulty histogram as bars."""
-    lines = [f"{card['name']}  ({card['folder']})"]
-    for s in card.get("waterfall", []):
-        removed = ", ".join(f"{r} {n:,}" for r, n in sorted(s["removed"].items(), key=lambda kv: -kv[1])) or "nothing"
-        lines.append(f"  {s['stage']:<9} {s['rows_in']:>9,} -> {s['rows_out']:>9,}   removed: {removed}")
-    for src, v in card.get("sources", {}).items():
-        lines.append(f"  source {src}: {v['in']:,} in, {v['final']:,} in the clean set ({v['license']})")
-    if card.get("duplicates"):
-        d = card["duplicates"]
-        lines.append(f"  duplicates: {d['exact']:,} exact, {d['near']:,} near, {d['clusters']:,} clusters")
-        if (d.get("gold_conflicts") or {}).get("clusters"):
-            g = d["gold_conflicts"]
-            lines.append(f"  gold conflicts: {g['clusters']:,} problems with two golds ({g['rows']:,} rows, {g['policy']})")
-    if card.get("contamination"):
-        lines.append(f"  contamination: {card['contamination']['by_benchmark'] or 'none found'}")
-    if card.get("difficulty"):
-        d = card["difficulty"]
-        lines.append(f"  difficulty: {d['rows']} problems, k={d['k']}, {d['model']}, T={d['temperature']}; "
-                     f"rho vs level {d['spearman_rho_pass_rate_vs_level']}")
-        top = max(d["histogram"].values()) or 1
-        for k, n in d["histogram"].items():
-            lines.append(f"    {k:>3} correct | {'#' * round(30 * n / top):<30} {n}")
-    if card.get("curriculum"):
-        c = card["curriculum"]
-        lines.append(f"  export: {c['rows']} rows ({c['target']}); "
-                     + ", ".join(f"{b} {v['taken']}/{v['asked']}" for b, v in c["by_bucket"].items()))
-    return "\n".join(lines)
+from data_cards.view import card_rows, diff_cards, diff_text, show_text  # noqa: E402  (view reads this module's helpers)
 
-
-def _card_folder(p: Path) -> Path:
-    """A flow's run folder (``OUT/runs/<t>``, ``OUT/latest``) is described by its ``card/``."""
-    p = Path(p)
-    return p / "card" if (p / "card" / CARD_JSON).is_file() and not (p / "manifest.json").exists() else p
-
-
-def card_rows(folder: str | Path) -> dict[str, tuple[bool, int | None, int | None]]:
-    """id -> (in the card's result, n_correct, k) for the rows a card describes: its ``card_rows.parquet`` (a card
-    written away from its data), else ``_rows_of`` the card built from the folder's stage outputs (a folder with
-    neither raises ``ManifestError``: a saved ``card.json``'s paths are not this machine's to read)."""
-    import pyarrow.parquet as pq
-
-    folder = _card_folder(Path(folder))
-    if (folder / ROWS).is_file():
-        return {r["id"]: (r["final"], r["n_correct"], r["k"]) for r in pq.read_table(folder / ROWS).to_pylist()}
-    return _rows_of(build_card(folder))
-
-
-def diff_cards(old: str | Path, new: str | Path) -> dict:
-    """What changed from the run ``old`` to ``new``, in pipeline order: rows per source, rows and reasons per stage,
-    contamination, the rows added and removed by id, how many rows each side scored, and the difficulty compared
-    only over the problems scored on both sides (a changed sample is not a change of difficulty). Figures that did
-    not change are left out. ``old``/``new``: run folders, stage outputs, exports, or a flow's run folders."""
-    old, new = _card_folder(Path(old)), _card_folder(Path(new))
-    a, b = load_card(old), load_card(new)
-    out: dict[str, Any] = {"old": str(old), "new": str(new)}
-
-    def changed(x: dict, y: dict) -> dict:
-        keys = list(dict.fromkeys([*x, *y]))  # the order the cards list them in: pipeline order, then new keys
-        return {k: [x.get(k, 0), y.get(k, 0)] for k in keys if x.get(k, 0) != y.get(k, 0)}
-
-    sa, sb = a.get("sources", {}), b.get("sources", {})
-    src = {s: changed({k: v for k, v in sa.get(s, {}).items() if isinstance(v, int)},
-                      {k: v for k, v in sb.get(s, {}).items() if isinstance(v, int)}) for s in dict.fromkeys([*sa, *sb])}
-    out["sources"] = {s: v for s, v in src.items() if v}
-    wa = {s["stage"]: s for s in a.get("waterfall", [])}
-    wb = {s["stage"]: s for s in b.get("waterfall", [])}
-    stages = {}
-    for st in dict.fromkeys([*wa, *wb]):
-        x, y = wa.get(st, {}), wb.get(st, {})
-        d = changed({"rows_in": x.get("rows_in", 0), "rows_out": x.get("rows_out", 0), **x.get("removed", {})},
-                    {"rows_in": y.get("rows_in", 0), "rows_out": y.get("rows_out", 0), **y.get("removed", {})})
-        if d:
-            stages[st] = d
-    out["stages"] = stages
-    out["contamination"] = changed(a.get("contamination", {}).get("by_benchmark", {}),
-                                   b.get("contamination", {}).get("by_benchmark", {}))
-    da, db = a.get("difficulty", {}), b.get("difficulty", {})
-    out["difficulty"] = {k: [da.get(k), db.get(k)] for k in ("model", "model_revision", "template", "k", "temperature",
-                                                              "max_tokens") if da.get(k) != db.get(k)}
-    ca, cb = a.get("curriculum", {}), b.get("curriculum", {})
-    out["export"] = {k: [ca.get(k), cb.get(k)] for k in ("format", "template", "target", "rows") if ca.get(k) != cb.get(k)}
-    out["export_buckets"] = changed({k: v["taken"] for k, v in ca.get("by_bucket", {}).items()},
-                                    {k: v["taken"] for k, v in cb.get("by_bucket", {}).items()})
-    try:
-        ra, rb = card_rows(old), card_rows(new)
-        have_rows = True
-    except (ManifestError, FileNotFoundError):
-        ra, rb, have_rows = {}, {}, False
-    if have_rows:
-        fa, fb = {i for i, r in ra.items() if r[0]}, {i for i, r in rb.items() if r[0]}
-        out["rows_added"], out["rows_removed"] = sorted(fb - fa), sorted(fa - fb)
-        ka, kb = {i: r for i, r in ra.items() if r[1] is not None}, {i: r for i, r in rb.items() if r[1] is not None}
-        both = sorted(set(ka) & set(kb))
-        out["scored"] = {"old": len(ka), "new": len(kb), "both": len(both), "added": len(set(kb) - set(ka)),
-                         "removed": len(set(ka) - set(kb))}
-        from collections import Counter
-
-        ha = Counter(str(ka[i][1]) for i in both)
-        hb = Counter(str(kb[i][1]) for i in both)
-        order = sorted(set(ha) | set(hb), key=int)
-        out["difficulty_histogram"] = changed({k: ha.get(k, 0) for k in order}, {k: hb.get(k, 0) for k in order})
-        out["pass_count_changed"] = sum(1 for i in both if ka[i][1:] != kb[i][1:])
-    return {k: v for k, v in out.items() if v not in ({}, None) or k in ("old", "new", "rows_added", "rows_removed")}
-
-
-def diff_text(d: dict, show_ids: int = 5) -> str:
-    lines = [f"{d['old']} -> {d['new']}"]
-    for s, v in d.get("sources", {}).items():
-        lines.append(f"  source {s}: " + ", ".join(f"{k} {x:,} -> {y:,}" for k, (x, y) in v.items()))
-    for st, v in d.get("stages", {}).items():
-        lines.append(f"  {st}: " + ", ".join(f"{k} {x:,} -> {y:,}" for k, (x, y) in v.items()))
-    if d.get("contamination"):
-        lines.append("  contamination: " + ", ".join(f"{k} {x} -> {y}" for k, (x, y) in d["contamination"].items()))
-    for key in ("difficulty", "export"):
-        if d.get(key):
-            lines.append(f"  {key}: " + ", ".join(f"{k} {x} -> {y}" for k, (x, y) in d[key].items()))
-    if d.get("export_buckets"):
-        lines.append("  export rows by bucket: " + ", ".join(f"{k} {x} -> {y}" for k, (x, y) in d["export_buckets"].items()))
-    for what in ("added", "removed"):
-        ids = d.get(f"rows_{what}")
-        if ids:
-            lines.append(f"  rows {what} {len(ids):,}: " + ", ".join(ids[:show_ids]) + (", ..." if len(ids) > show_ids else ""))
-    sc = d.get("scored")
-    if sc and (sc["added"] or sc["removed"] or d.get("difficulty_histogram")):
-        lines.append(f"  scored {sc['old']:,} -> {sc['new']:,} rows ({sc['both']:,} in both, {sc['added']:,} newly scored, "
-                     f"{sc['removed']:,} no longer)")
-    if d.get("difficulty_histogram"):
-        lines.append(f"  pass counts over the {d['scored']['both']:,} problems scored in both ({d['pass_count_changed']:,} "
-                     "changed): " + ", ".join(f"{k} correct {x} -> {y}" for k, (x, y) in d["difficulty_histogram"].items()))
-    if len(lines) == 1:
-        lines.append("  no change")
-    return "\n".join(lines)
-
-
-__all__ = ["build_card", "diff_cards", "diff_text", "load_card", "make_plots", "show_text", "write_card"]
+__all__ = ["CARD_JSON", "PLOTS", "README", "build_card", "card_rows", "diff_cards", "diff_text", "load_card", "make_plots",
+           "public", "pyplot", "reliability_sentence", "render_body", "show_text", "use_it", "write_card"]

@@ -32,8 +32,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from curate.core.config import ConfigError, _coerce, _hints, check_choice, check_keys, from_dict, load_file
+from curate.core.config import ConfigError, check_choice, check_keys, coerce, from_dict, load_file, type_hints
 from curate.core.errors import GradusError, SourceError
+from curate.core.shards import write_text_atomic
 from curate.difficulty.estimate import EstimateConfig
 from curate.pipeline import CurateConfig
 from curate.select.export import ExportConfig
@@ -93,8 +94,8 @@ class FlowConfig:
         diff = from_dict(EstimateConfig, d["difficulty"], "difficulty", base_dir) if d.get("difficulty") is not None else None
         exp = from_dict(ExportConfig, d["export"], "export", base_dir) if d.get("export") is not None else None
         train = from_dict(TrainConfig, d["train"], "train", base_dir) if d.get("train") is not None else None
-        hints = _hints(cls)  # type: ignore[arg-type]  # the top-level settings checked by the stage configs' own loader
-        rest = {k: _coerce(d[k], hints[k], k) for k in rest_keys if k in d}
+        hints = type_hints(cls)  # type: ignore[arg-type]  # the top-level settings checked by the stage configs' own loader
+        rest = {k: coerce(d[k], hints[k], k) for k in rest_keys if k in d}
         try:
             return cls(cur, diff, exp, train, **rest)
         except TypeError as e:
@@ -239,14 +240,12 @@ def _train(export: str, root: str, cfg: TrainConfig) -> dict:
     config, so an unchanged export with the same settings finds its finished run (skipped) or resumes an
     unfinished one from its last checkpoint, and a new export trains anew. Hands on the last step's metrics and
     the held-out figures before and after."""
-    import hashlib
-    from dataclasses import asdict, replace
+    from dataclasses import replace
 
+    from rl_stage.run_folder import run_key
     from rl_stage.trainer import Trainer
 
-    manifest = (Path(export) / "manifest.json").read_bytes()
-    key = hashlib.sha1(manifest + json.dumps(asdict(cfg), sort_keys=True, default=str).encode()).hexdigest()[:12]
-    out = Path(root) / key
+    out = Path(root) / run_key(Path(export), cfg)
     done = out / "checkpoints" / f"step_{cfg.steps:06d}" / "trainer_state.pt"
     skipped = done.exists()
     if not skipped:
@@ -294,15 +293,15 @@ def _card(stages: Path, run: Path, previous: Path | None, missing: list[dict], f
     if notes:
         card = json.loads((run / "card" / "card.json").read_text())
         card["missing_sources"], card["failed_stages"] = missing, failed
-        (run / "card" / "card.json").write_text(json.dumps(card, indent=2, default=str) + "\n")
+        write_text_atomic(run / "card" / "card.json", json.dumps(card, indent=2, default=str) + "\n")
         text = readme.read_text()
         note = "\n" + "\n\n".join(notes) + "\n"
         head, sep, body = text.partition("\n## ")
-        readme.write_text(head + note + sep + body if sep else text + note)
+        write_text_atomic(readme, head + note + sep + body if sep else text + note)
     out = {"card": str(readme)}
     if previous is not None and (previous / "card" / "card.json").is_file():
         text = diff_text(diff_cards(previous / "card", run / "card"))
-        (run / "card_diff.txt").write_text(text + "\n")
+        write_text_atomic(run / "card_diff.txt", text + "\n")
         out["diff"] = text
     return out
 
@@ -518,16 +517,16 @@ def _pipeline(cfg: FlowConfig, tasks: dict, root: Path, run: Path, info: dict, p
     """The flow's body once the folder is held: the stages in order, the card, the artifacts, the summary."""
     from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
-    from curate.pipeline import _source_dirname
+    from curate.pipeline import source_dirname
     from curate.select.curriculum import SelectionError
 
     stages = root / "stages"
     previous = previous_run(root)
     t0 = time.monotonic()
-    futures = [(s, tasks["ingest"].with_options(name=f"ingest {_source_dirname(i, s)}").submit(
+    futures = [(s, tasks["ingest"].with_options(name=f"ingest {source_dirname(i, s)}").submit(
         {"spec": s.spec, "format": s.format, "adapter": s.adapter, "mapping": s.mapping, "name": s.name,
          "revision": s.revision},
-        str(stages / "1_ingest" / _source_dirname(i, s)))) for i, s in enumerate(cfg.curate.sources)]
+        str(stages / "1_ingest" / source_dirname(i, s)))) for i, s in enumerate(cfg.curate.sources)]
     ingested, missing = [], []
     for s, fut in futures:
         fut.wait()
@@ -599,7 +598,7 @@ def _pipeline(cfg: FlowConfig, tasks: dict, root: Path, run: Path, info: dict, p
                                      description=f"what changed since the previous run of {root.resolve()}")
     create_table_artifact(_waterfall(summary), key=artifact_key(root, "waterfall"),
                           description=f"rows through the stages of run {run.name} of {root.resolve()}")
-    (run / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    write_text_atomic(run / "summary.json", json.dumps(summary, indent=2, default=str) + "\n")
     point_latest(root, run)
     return summary
 

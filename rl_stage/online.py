@@ -120,9 +120,9 @@ def plot_run(run: Path) -> Path | None:
     steps = [m for m in ms if m.get("step", 0) > 0]
     if not steps:
         return None
-    from data_cards.render import _plt
+    from data_cards.render import pyplot
 
-    plt = _plt()
+    plt = pyplot()
     evals = [m for m in ms if m.get("eval/prompts")]
     fig, axes = plt.subplots(1, 3 if evals else 2, figsize=(15 if evals else 10, 3.8))
     ax = axes[0]

@@ -22,10 +22,28 @@ def _head_logps(head, hidden, targets, temperature: float, want_entropy: bool):
     return picked, ent
 
 
-def _chunked_head_logps(head, hidden, targets, temperature: float, want_entropy: bool, chunk: int):
-    """``_head_logps`` over ``chunk`` rows at a time. With gradients on, each chunk is checkpointed: only its
-    hidden rows are kept for the backward pass, which recomputes that chunk's [chunk x vocab] logits, so peak
+# bytes the fp32 [tokens x vocabulary] tensors of one log-prob pass may take (logits, log-softmax, its gradient: about
+# three copies) before the pass is cut into checkpointed chunks (``logprob_chunk=None``)
+LOGPROB_BUDGET = 1 << 30
+COPIES = 3
+
+
+def chunk_for(tokens: int, vocab: int, chunk: int | None) -> int:
+    """The chunk a pass over ``tokens`` completion tokens uses: ``chunk`` when given; else 0 (one pass) while the pass
+    fits ``LOGPROB_BUDGET``, and the largest chunk that fits it otherwise (at least 128 tokens). Chunking recomputes
+    the projection in backward: paid only where the memory is needed (a 152k vocabulary, long completions)."""
+    if chunk is not None:
+        return chunk
+    per_token = vocab * 4 * COPIES
+    return 0 if tokens * per_token <= LOGPROB_BUDGET else max(128, LOGPROB_BUDGET // per_token)
+
+
+def _chunked_head_logps(head, hidden, targets, temperature: float, want_entropy: bool, chunk: int | None):
+    """``_head_logps`` over ``chunk`` rows at a time (``chunk_for``). With gradients on, each chunk is checkpointed:
+    only its hidden rows are kept for the backward pass, which recomputes that chunk's [chunk x vocab] logits, so peak
     memory holds one chunk's logits instead of every token's (several fp32 copies of [tokens x vocab])."""
+    vocab = getattr(head, "out_features", None) or (hidden.shape[-1] if isinstance(head, torch.nn.Identity) else 0)
+    chunk = chunk_for(hidden.shape[0], vocab, chunk)
     if chunk <= 0 or hidden.shape[0] <= chunk:
         return _head_logps(head, hidden, targets, temperature, want_entropy)
     grad = torch.is_grad_enabled() and hidden.requires_grad
@@ -79,7 +97,7 @@ def shared_prefix_hidden(model, input_ids, attn, prompt_lens: list[int]):
 
 
 def token_logps(model, input_ids, attn, comp_mask, temperature: float, bf16: bool, device: str, want_entropy: bool = False,
-                chunk: int = 0, prompt_lens: list[int] | None = None):
+                chunk: int | None = 0, prompt_lens: list[int] | None = None):
     """Per-token log-probs [B, L-1] of the next tokens under the *sampling* distribution, on completion positions.
 
     The logits are divided by the sampling temperature before the softmax (as TRL and verl do): the rollouts
@@ -109,7 +127,8 @@ def token_logps(model, input_ids, attn, comp_mask, temperature: float, bf16: boo
 
 
 class PolicyModule(torch.nn.Module):
-    def __init__(self, lm, temperature: float, bf16: bool, device: str, chunk: int, share_prompts: bool = True):
+    def __init__(self, lm, temperature: float, bf16: bool, device: str, chunk: int | None,
+                 share_prompts: bool = True):
         super().__init__()
         self.lm = lm
         self.temperature, self.bf16, self.device, self.chunk = temperature, bf16, device, chunk

@@ -75,6 +75,17 @@ def _norm(v):
     return json.loads(json.dumps(v, default=str))  # tuples as lists, paths as strings: as config.json holds them
 
 
+def run_key(export: Path, cfg) -> str:
+    """A run folder's name for training ``cfg`` on ``export`` (the flow's ``[train]`` task): a hash of the export's
+    manifest and the settings, so an unchanged export with the same settings finds its run (finished: skipped;
+    unfinished: resumed) and a new export trains anew."""
+    import hashlib
+    from dataclasses import asdict
+
+    manifest = (Path(export) / "manifest.json").read_bytes()
+    return hashlib.sha1(manifest + json.dumps(asdict(cfg), sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
 def claim(out: Path) -> FolderLock:
     """Create ``out``, mark it as a training run's and take its lock (after ``check``)."""
     out = Path(out)

@@ -2,7 +2,7 @@
 
 One step:
 
-1. draw ``prompts_per_step`` prompts from the curriculum sampler (``rl_stage.data``);
+1. draw ``prompts_per_step`` prompts from the prompt sampler (``rl_stage.sampler``; the others in ``rl_stage.data``);
 2. roll out ``group_size`` completions each with the rollout engine (vLLM in process, weights pushed
    after every update; or transformers ``generate`` on the trained model itself), every sample seeded
    from (seed, step, prompt id, index) so runs repeat;
@@ -19,7 +19,7 @@ One step:
    in Hugging Face format plus optimizer, scheduler, sampler and RNG state, written under a temporary
    name and renamed. ``resume=True`` continues from the newest complete checkpoint exactly.
 
-Defaults cite their source in ``TrainConfig``.
+Settings and their sources: ``rl_stage.config.TrainConfig``; the run folder's rules: ``rl_stage.run_folder``.
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ import logging
 import math
 import os
 import random
-import shutil
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -37,17 +36,13 @@ from typing import Any
 
 import numpy as np
 
-from curate.core.errors import GradusError
 from curate.difficulty import HFSampler, VLLMSampler
+from rl_stage import checkpoint
+from rl_stage.config import SAMPLERS, TrainConfig, TrainError, make_sampler
+
+__all__ = ["SAMPLERS", "TrainConfig", "TrainError", "Trainer", "make_sampler"]
 
 log = logging.getLogger(__name__)
-
-
-class TrainError(GradusError):
-    pass
-
-
-SAMPLERS = ("signal", "uniform", "kimi", "stages")
 
 
 @dataclass
@@ -105,195 +100,6 @@ def _explicit(text: str) -> bool:
     from curate.difficulty import EXPLICIT, extract_prediction
 
     return extract_prediction(text)[1] in EXPLICIT
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    data: list[str] = field(default_factory=list, metadata={"path": True})  # gradus export folders (parquet) or scored shards
-    out: str = "runs/train"  # run folder: metrics.jsonl, checkpoints/, config.json
-    model: str | None = None  # None: the bundled SmolLM2-135M-Instruct
-    preset: str = "dapo"  # grpo | dr_grpo | dapo | rloo (rl_stage.algorithms.PRESETS)
-    # algorithm overrides (None: the preset's value)
-    advantage: str | None = None
-    aggregation: str | None = None  # loss aggregation; None: the preset's (gradus list presets)
-    eps_low: float | None = None  # PPO clip below 1 - eps_low; None: the preset's (0.2, PPO)
-    eps_high: float | None = None  # PPO clip above 1 + eps_high; None: the preset's (DAPO clip-higher: 0.28)
-    dual_clip: float | None = None  # dual-clip bound c > 1 on negative advantages (Ye et al. 2020); None: the preset's
-    # (dapo: 10, verl's DAPO recipe clip_ratio_c; others off)
-    kl_coef: float | None = None  # k3 KL weight to the reference model; None: the preset's (grpo 0.04, others 0)
-    dynamic_sampling: bool | None = None  # DAPO's dynamic sampling; None: the preset's
-    overlong_shaping: bool | None = None  # DAPO's soft overlong penalty; None: the preset's
-    overlong_buffer: int | None = None  # None: max_tokens // 5 (DAPO: 4096 of 20480)
-    mask_truncated: bool | None = None  # drop truncated completions from the loss; None: the preset's (off)
-    wrong_reward: float | None = None  # reward of a wrong completion (a right one gets 1); DAPO: -1, others 0
-    format_reward: float = 0.0  # added when the completion has a \boxed{} answer
-    dynamic_sampling_metric: str = "acc"  # acc | reward: what must differ inside a group (DAPO and verl: acc)
-    # rollouts
-    rollout_backend: str = "vllm"  # vllm | hf
-    template: str | None = None  # chat | qwen_math | r1 | none | fewshot (unset: the template the rows were scored with)
-    # as gradus estimate and export record it; chat where nothing records one
-    prompts_per_step: int = 8  # prompts (groups) per rollout step (our default for small machines; DAPO: 512)
-    group_size: int = 8  # completions per prompt (Dr. GRPO: 8)
-    max_tokens: int = 256  # completion budget per rollout (our default; DAPO: 20480)
-    max_prompt_tokens: int = 512  # longer prompts are skipped (counted as prompts_too_long)
-    temperature: float = 1.0  # DAPO and Dr. GRPO sample at 1.0
-    top_p: float = 1.0  # nucleus for rollouts (DAPO, Dr. GRPO: 1.0)
-    max_gen_batches: int = 10  # dynamic sampling: full generation batches per step at most (verl's DAPO recipe: 10);
-    # 0: no limit. Kept groups past prompts_per_step are dropped; a step never trains on fewer
-    short_batch: str = "error"  # still short after max_gen_batches: error (verl raises) | skip (no update, logged)
-    rollout_batch_prompts: int | None = None  # hf rollouts: prompts per generate call; None: a rank's whole round
-    vllm_gpu_memory_utilization: float = 0.3  # GPU memory share of the colocated vLLM (TRL colocate 0.3, verl 0.5)
-    vllm_sleep: bool | None = None  # vLLM sleep mode: free its weights and KV cache while updating; None: on GPU
-    logprob_chunk: int = 1024  # completion tokens per vocabulary projection (recomputed in backward); 0: all at once
-    # optimization
-    steps: int = 100
-    lr: float = 1e-6  # DAPO: constant 1e-6 after warm-up
-    warmup_steps: int = 0  # rollout steps of linear warm-up; our default none (short runs); DAPO warms up over 20
-    weight_decay: float = 0.1  # DAPO
-    adam_betas: tuple[float, float] = (0.9, 0.999)  # AdamW betas (torch's defaults)
-    max_grad_norm: float = 1.0  # DAPO
-    micro_batch_size: int = 8  # sequences per forward/backward
-    mini_batches: int | None = None  # optimizer updates per rollout batch (TRL steps_per_generation, verl
-    # ppo_mini_batch_size); None: the preset's; at most one per group. Updates after the first see ratio != 1.
-    num_iterations: int = 1  # epochs over the rollout batch (mu in GRPO)
-    seed: int = 0  # seed of sampling, prompt order and initialization
-    bf16: bool | None = None  # None: on GPU only. bf16 compute (autocast); master weights and AdamW stay fp32
-    gradient_checkpointing: bool | None = None  # None: on GPU only
-    max_bad_steps: int = 3  # steps with a non-finite loss or gradient in a row that stop the run (our choice)
-    # prompt sampling (rl_stage.sampler, rl_stage.data)
-    sampler: str = "signal"  # prompt sampler: signal | uniform | kimi | stages (README: prompt sampling)
-    # signal: Thompson draws where a group carries a learning signal, the offline estimate as prior (rl_stage.sampler);
-    # uniform: one pool, every prompt alike; kimi: Kimi k1.5's easy-to-hard stages with weights max(floor, 1 - s);
-    # stages: the export's stages easy to hard, uniform inside each
-    prior_strength: float = 4.0  # signal: samples an offline estimate is worth at most (our choice)
-    offline_prior: bool = True  # signal: start from the offline estimates (False: every prompt flat, Beta(1, 1))
-    forget_sd: float = 0.1  # signal: per-step sd of each prompt's own drift in log-odds (evidence fades; our choice)
-    drift_sd: float = 0.2  # signal: per-step sd of the policy's ability, shared by every prompt (0: fixed; our choice)
-    sharpen_sd: float = 0.1  # signal: per-step sd of the policy's log sharpness (pass rates going to 0 or 1; our choice)
-    signal: str = "auto"  # signal: survival (1 - p^G - (1-p)^G) | variance (p(1-p)) | auto: survival under dynamic
-    # sampling, variance otherwise
-    stage_steps: int | None = None  # kimi, stages: steps per stage (None: split steps evenly over stages)
-    advance_at: float | None = None  # kimi, stages: or advance once the stage's running accuracy reaches this
-    curriculum_sampling: str = "weighted"  # kimi, stages, uniform: weighted: batches drawn with the weights (Kimi's
-    # sampling) | epoch: each prompt once an epoch, the weights deciding only the order
-    weight_floor: float = 0.05  # kimi: floor of the max(floor, 1 - s) sampling weight (our choice)
-    budget_completions: int | None = None  # stop once this many completions were generated (dropped groups counted);
-    # steps stays an upper bound
-    # evaluation, logging, checkpoints
-    eval_data: list[str] = field(default_factory=list, metadata={"path": True})  # held-out export folders
-    eval_every: int = 0  # 0: only before the first and after the last step
-    eval_every_completions: int = 0  # also evaluate after the step that crosses each multiple of this many completions
-    eval_at_start: bool = True  # evaluate before the first step
-    eval_prompts: int = 32  # held-out prompts evaluated (drawn from every eval_data folder)
-    eval_k: int = 4  # mean@k at the rollout temperature, next to greedy pass@1
-    save_every: int = 10  # steps between checkpoints
-    keep_checkpoints: int = 2  # checkpoints kept (older ones are deleted)
-    tensorboard: bool = False  # also write TensorBoard event files (pip install tensorboard)
-
-    @classmethod
-    def load(cls, path: Path, **overrides) -> TrainConfig:
-        """From a JSON/TOML file (names and types checked, paths relative to the file), then ``overrides``."""
-        from dataclasses import asdict
-
-        from curate.core.config import from_dict, load_file
-
-        from_file = from_dict(cls, load_file(path), where=str(path), base_dir=Path(path).resolve().parent)
-        given = {k: v for k, v in overrides.items() if v is not None}  # command-line paths: relative to the cwd
-        return from_dict(cls, {**asdict(from_file), **given}, where="options") if given else from_file
-
-    def resolved(self) -> dict[str, Any]:
-        """The algorithm settings after applying the preset, as a dict."""
-        from rl_stage.algorithms import ADVANTAGES, AGGREGATIONS, lookup, preset
-
-        p = preset(self.preset)
-        d: dict[str, Any] = {
-            "advantage": self.advantage or p.advantage, "aggregation": self.aggregation or p.aggregation,
-            "eps_low": p.eps_low if self.eps_low is None else self.eps_low,
-            "eps_high": p.eps_high if self.eps_high is None else self.eps_high,
-            "dual_clip": p.dual_clip if self.dual_clip is None else self.dual_clip,
-            "kl_coef": p.kl_coef if self.kl_coef is None else self.kl_coef,
-            "dynamic_sampling": p.dynamic_sampling if self.dynamic_sampling is None else self.dynamic_sampling,
-            "overlong_shaping": p.overlong_shaping if self.overlong_shaping is None else self.overlong_shaping,
-            "overlong_buffer": self.overlong_buffer if self.overlong_buffer is not None else max(1, self.max_tokens // 5),
-            "mask_truncated": p.mask_truncated if self.mask_truncated is None else self.mask_truncated,
-            "wrong_reward": p.wrong_reward if self.wrong_reward is None else self.wrong_reward,
-            "mini_batches": p.mini_batches if self.mini_batches is None else self.mini_batches,
-            "dynamic_sampling_metric": self.dynamic_sampling_metric,
-            "cite": p.cite,
-        }
-        lookup(ADVANTAGES, d["advantage"], "advantage estimator")
-        lookup(AGGREGATIONS, d["aggregation"], "loss aggregation")
-        return d
-
-    def check(self) -> None:
-        if not self.data:
-            raise TrainError("no training data: set `data` to gradus export folders")
-        for name in ("lr", "max_grad_norm", "temperature"):
-            if not getattr(self, name) > 0:
-                raise TrainError(f"{name} must be > 0, got {getattr(self, name)}")
-        for name in ("weight_decay", "warmup_steps", "format_reward"):
-            if getattr(self, name) < 0:
-                raise TrainError(f"{name} must be >= 0, got {getattr(self, name)}")
-        if not 0 < self.top_p <= 1:
-            raise TrainError(f"top_p must be in (0, 1], got {self.top_p}")
-        if self.rollout_backend not in ("vllm", "hf"):
-            raise TrainError(f"rollout_backend must be vllm or hf, not {self.rollout_backend!r}")
-        for name in ("prompts_per_step", "group_size", "max_tokens", "steps", "micro_batch_size", "num_iterations"):
-            if getattr(self, name) < 1:
-                raise TrainError(f"{name} must be >= 1")
-        if self.dynamic_sampling_metric not in ("acc", "reward"):
-            raise TrainError(f"dynamic_sampling_metric must be acc or reward, not {self.dynamic_sampling_metric!r}")
-        if self.mini_batches is not None and self.mini_batches < 1:
-            raise TrainError("mini_batches must be >= 1")
-        if self.temperature <= 0:
-            raise TrainError("temperature must be > 0: GRPO needs sampled groups (log-probs are taken at that temperature)")
-        if self.group_size < 2:
-            raise TrainError("group_size must be >= 2: group baselines need at least two completions")
-        if self.max_gen_batches < 0:
-            raise TrainError("max_gen_batches must be >= 0 (0: no limit)")
-        if self.short_batch not in ("error", "skip"):
-            raise TrainError(f"short_batch must be error or skip, not {self.short_batch!r}")
-        from rl_stage.data import CurriculumSampler
-        from rl_stage.sampler import SIGNALS
-
-        if self.sampler not in SAMPLERS:
-            raise TrainError(f"sampler must be one of {', '.join(SAMPLERS)}, not {self.sampler!r}")
-        if self.signal not in ("auto", *SIGNALS):
-            raise TrainError(f"signal must be auto, {' or '.join(SIGNALS)}, not {self.signal!r}")
-        if min(self.prior_strength, self.forget_sd, self.drift_sd, self.sharpen_sd) < 0:
-            raise TrainError("prior_strength, forget_sd, drift_sd and sharpen_sd must be >= 0")
-        if self.budget_completions is not None and self.budget_completions < 1:
-            raise TrainError("budget_completions must be >= 1 (or left out)")
-        if self.eval_every_completions < 0:
-            raise TrainError("eval_every_completions must be >= 0 (0: off)")
-        if self.curriculum_sampling not in CurriculumSampler.MODES:
-            raise TrainError(f"curriculum_sampling must be one of {', '.join(CurriculumSampler.MODES)}, "
-                             f"not {self.curriculum_sampling!r}")
-        if not 0 < self.vllm_gpu_memory_utilization <= 1:
-            raise TrainError("vllm_gpu_memory_utilization must be in (0, 1]")
-        if self.logprob_chunk < 0:
-            raise TrainError("logprob_chunk must be >= 0 (0: one pass)")
-        if self.rollout_batch_prompts is not None and self.rollout_batch_prompts < 1:
-            raise TrainError("rollout_batch_prompts must be >= 1")
-
-
-def make_sampler(cfg: TrainConfig, alg: dict):
-    """The prompt sampler ``cfg.sampler`` names, over ``cfg.data``."""
-    from rl_stage.data import CurriculumSampler
-    from rl_stage.sampler import SignalSampler
-
-    if cfg.sampler == "signal":
-        signal = cfg.signal if cfg.signal != "auto" else ("survival" if alg["dynamic_sampling"] else "variance")
-        return SignalSampler(cfg.data, cfg.group_size, seed=cfg.seed, prior_strength=cfg.prior_strength,
-                             forget_sd=cfg.forget_sd, drift_sd=cfg.drift_sd, sharpen_sd=cfg.sharpen_sd, signal=signal,
-                             use_prior=cfg.offline_prior)
-    s = CurriculumSampler(cfg.data, seed=cfg.seed, stage_steps=None, advance_at=cfg.advance_at,
-                          prioritized=cfg.sampler == "kimi", floor=cfg.weight_floor, mode=cfg.curriculum_sampling,
-                          one_pool=cfg.sampler == "uniform")
-    s.stage_steps = cfg.stage_steps
-    if s.stage_steps is None and len(s.stages) > 1:
-        s.stage_steps = max(1, cfg.steps // len(s.stages))
-    return s
 
 
 class Trainer:
@@ -549,20 +355,16 @@ class Trainer:
     def _rewards(self, groups) -> tuple[list[list[float]], list[list[bool]]]:
         """Shaped rewards and correctness per group. A completion cut off before any explicit answer is wrong
         without grading (``cut_off_unanswered``); a grading timeout or crash is wrong too (not "skipped")."""
-        from curate.difficulty import EXPLICIT, cut_off_unanswered, extract_prediction
+        from curate.difficulty import EXPLICIT, extract_prediction
         from rl_stage.algorithms import shaped_rewards
 
-        golds, texts, slots = [], [], []
-        correct = [[False] * len(c) for _, _, c in groups]
-        for gi, (p, _, comps) in enumerate(groups):
-            for j, c in enumerate(comps):
-                if cut_off_unanswered(c.text, c.truncated):
-                    continue
-                golds.append(p.answer)
-                texts.append(c.text)
-                slots.append((gi, j))
-        for (gi, j), o in zip(slots, self.grader.grade(golds, texts), strict=True):
-            correct[gi][j] = o == "correct"
+        golds = [p.answer for p, _, comps in groups for _ in comps]
+        flat = self.grader.grade_completions(golds, [c.text for _, _, comps in groups for c in comps],
+                                             [c.truncated for _, _, comps in groups for c in comps])
+        correct, at = [], 0
+        for _, _, comps in groups:
+            correct.append([o == "correct" for o in flat[at : at + len(comps)]])
+            at += len(comps)
         alg = self.alg
         rewards = [
             shaped_rewards(correct[gi], [c.n_tokens for c in comps], [c.truncated for c in comps],
@@ -817,7 +619,9 @@ class Trainer:
         kept_prompts = [g[0] for g, _, _ in ro.kept[: ro.target]] if not ro.short else []
         priors = [p.prior for p in kept_prompts if p.prior is not None]
         expected = [p.expected for p in kept_prompts if p.expected is not None]
+        with_signal = sum(1 for _, r, _ in (ro.kept[: ro.target] if not ro.short else []) if max(r) != min(r))
         metrics = {"step": self.step + 1, "stage": self.sampler.stage_name, "groups": len(kept_prompts),
+                   "groups_with_signal": with_signal,
                    "groups_generated": ro.groups_generated, "dropped_groups": ro.dropped, "gen_rounds": ro.gen_rounds,
                    "completions": ro.completions, "completions_total": self.completions,
                    "completions_per_group": round(ro.completions / len(kept_prompts), 3) if kept_prompts else None,
@@ -906,98 +710,15 @@ class Trainer:
                 "eval/boxed_rate": float(np.mean([r["boxed"] for r in rows])) if rows else None,
                 "eval/prompts": len(rows)}
 
-    # ---- checkpoints -------------------------------------------------------------------------------
+    # ---- checkpoints (rl_stage.checkpoint) ------------------------------------------------------------
     def _latest_checkpoint(self) -> Path | None:
-        root = self.out / "checkpoints"
-        done = sorted(p for p in root.glob("step_*") if (p / "trainer_state.pt").exists()) if root.exists() else []
-        return done[-1] if done else None
+        return checkpoint.latest(self.out)
 
     def save(self) -> Path:
-        """Hugging Face model folder + trainer state, under a temporary name, then renamed. With several ranks the
-        optimizer's sharded state goes through torch.distributed.checkpoint (each rank writes its shards into
-        ``optimizer/``; a shared file system across nodes) and each rank's RNG to ``rng_rank<r>.pt``."""
-        torch = self.torch
-        root = self.out / "checkpoints"
-        final = root / f"step_{self.step:06d}"
-        tmp = root / f".tmp_step_{self.step:06d}"
-        if self.main:
-            shutil.rmtree(tmp, ignore_errors=True)
-            tmp.mkdir(parents=True)
-        self._barrier()
-        rng = {"torch_rng": torch.get_rng_state(),
-               "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
-        if self.world > 1:
-            import torch.distributed.checkpoint as dcp
-            from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_optimizer_state_dict
-
-            full = get_model_state_dict(self.policy, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-            if self.main:  # the model's own names, without a tied head's second copy (save_pretrained drops it too)
-                own = {n for n, _ in self.model.named_parameters()} | {n for n, _ in self.model.named_buffers()}
-                sd = {k.removeprefix("lm."): v for k, v in full.items() if k.removeprefix("lm.") in own}
-                self.model.save_pretrained(tmp, state_dict=sd, safe_serialization=True)
-            del full
-            dcp.save({"optimizer": get_optimizer_state_dict(self.policy, self.opt)}, checkpoint_id=str(tmp / "optimizer"))
-            torch.save(rng, tmp / f"rng_rank{self.rank}.pt")
-        elif self.main:
-            self.model.save_pretrained(tmp, safe_serialization=True)
-        if self.main:
-            self.tokenizer.save_pretrained(tmp)
-            self.write_online(tmp)
-            state = {"step": self.step, "scheduler": self.sched.state_dict(), "world_size": self.world,
-                     "sampler": self.sampler.state_dict(), "python_rng": random.getstate(), "numpy_rng": np.random.get_state(),
-                     "bad_in_row": self.bad_in_row, "completions": self.completions,
-                     "online": self.online, **({"optimizer": self.opt.state_dict(), **rng} if self.world == 1 else {})}
-            torch.save(state, tmp / "trainer_state.pt")
-        self._barrier()
-        if self.main:
-            shutil.rmtree(final, ignore_errors=True)
-            os.replace(tmp, final)
-            for old in sorted(p for p in root.glob("step_*"))[: -self.cfg.keep_checkpoints]:
-                shutil.rmtree(old, ignore_errors=True)
-            self.write_online(self.out)
-            from rl_stage.online import plot_run
-
-            plot_run(self.out)
-        self._barrier()
-        return final
+        return checkpoint.save(self)
 
     def _load_state(self, ckpt: Path) -> None:
-        torch = self.torch
-        st = torch.load(ckpt / "trainer_state.pt", weights_only=False)
-        if st.get("world_size", 1) != self.world:
-            raise TrainError(f"{ckpt} was written by {st.get('world_size', 1)} rank(s); resume it with as many "
-                             f"(this run has {self.world})")
-        self.step = st["step"]
-        if self.world > 1:
-            import torch.distributed.checkpoint as dcp
-            from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_optimizer_state_dict
-
-            osd = {"optimizer": get_optimizer_state_dict(self.policy, self.opt)}
-            dcp.load(osd, checkpoint_id=str(ckpt / "optimizer"))
-            set_optimizer_state_dict(self.policy, self.opt, osd["optimizer"])
-            rng = torch.load(ckpt / f"rng_rank{self.rank}.pt", weights_only=False)
-        else:
-            self.opt.load_state_dict(st["optimizer"])
-            rng = st
-        self.sched.load_state_dict(st["scheduler"])
-        self.sampler.load_state_dict(st["sampler"])
-        random.setstate(st["python_rng"])
-        np.random.set_state(st["numpy_rng"])
-        torch.set_rng_state(rng["torch_rng"])
-        if rng.get("cuda_rng") is not None and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(rng["cuda_rng"])
-        self.bad_in_row = st["bad_in_row"]
-        self.completions = st.get("completions", 0)
-        self.online = {k: list(v) for k, v in st.get("online", {}).items()}
-        # metrics and evaluations written after this checkpoint belong to steps that will be run again
-        for name in ("metrics.jsonl", "eval.jsonl"):
-            mpath = self.out / name
-            if self.main and mpath.exists():
-                lines = [ln for ln in mpath.read_text().splitlines() if ln and json.loads(ln).get("step", 0) <= self.step]
-                mpath.write_text("".join(ln + "\n" for ln in lines))
-        self._barrier()
-        self._push()
-        log.info("resumed from %s (step %d)", ckpt, self.step)
+        checkpoint.load(self, ckpt)
 
     # ---- the loop ----------------------------------------------------------------------------------
     def _log(self, m: dict) -> None:

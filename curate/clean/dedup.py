@@ -39,7 +39,7 @@ import pyarrow.compute as pc
 
 from curate.clean.kernels import byte_view
 from curate.clean.kernels import compiled as kernel_of
-from curate.clean.text import ASK_ARRAY, _word_hashes, canonical, ngram_hashes, sequence_array, tokens
+from curate.clean.text import ASK_ARRAY, canonical, ngram_hashes, sequence_array, tokens, word_hashes
 from curate.core.arrays import unique_inverse
 
 
@@ -103,7 +103,7 @@ def minhash(col: pa.Array | pa.ChunkedArray, cfg: DedupConfig, toks: pa.ListArra
     if kernel is not None:  # the shingles made and folded in one loop, from the words' hashes
         toks = tokens(col) if toks is None else toks
         offsets = toks.offsets.to_numpy()
-        wh = _word_hashes(toks.flatten(), compiled=True)
+        wh = word_hashes(toks.flatten(), compiled=True)
         a, b = _perm_params(cfg.num_perm, cfg.seed)
         kernel(wh, (offsets - offsets[0]).astype(np.int64), cfg.ngram, a, b, sig)
         return sig

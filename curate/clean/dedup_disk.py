@@ -78,10 +78,11 @@ from curate.clean.dedup import (
     same_years,
     statement_hashes,
 )
-from curate.clean.kernels import _pair_scratch
 from curate.clean.kernels import compiled as kernel_of
+from curate.clean.kernels import pair_scratch
 from curate.clean.text import asy_keys, canonical, tokens
 from curate.core.arrays import unique_inverse
+from curate.core.shards import atomic_path
 
 # a band entry's columns: the band key's two words, and the row (high 32 bits) with ``_num_word`` (low 32 bits)
 BAND_COLUMNS = ("hi", "lo", "rn")
@@ -164,10 +165,8 @@ def _ranks(sources: pa.Array | pa.ChunkedArray, prio: dict[str, int]) -> np.ndar
 
 
 def _save(path: Path, arr: np.ndarray) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
+    with atomic_path(path, sync=False) as tmp, open(tmp, "wb") as f:
         np.save(f, arr)
-    os.replace(tmp, path)
 
 
 WRITE_CHUNK = 1 << 16  # bytes per write(2) of the scratch files (``_write``)
@@ -257,12 +256,10 @@ def shard_work(job: ShardJob) -> tuple[int, int]:
     m = feat.num_rows
     if m != len(stand):
         raise RuntimeError(f"dedup: shard {i} holds {m} rows, its first step read {len(stand)}")
-    tmp = work / f"feat_{i:05d}.arrow.tmp"
     sink = pa.BufferOutputStream()
     feather.write_feather(feat, sink, compression="uncompressed")  # scratch, read back in this run: Arrow IPC, as is
-    with open(tmp, "wb") as f:
+    with atomic_path(work / f"feat_{i:05d}.arrow", sync=False) as tmp, open(tmp, "wb") as f:
         _write(f, sink.getvalue())
-    os.replace(tmp, work / f"feat_{i:05d}.arrow")
     if cfg.near and words is not None:
         if done_rows != len(own):
             raise RuntimeError(f"dedup: shard {i}: {done_rows} signatures for {len(own)} rows")
@@ -475,14 +472,14 @@ def _key_pairs(seg: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         return seg["rn"][at[later]], seg["rn"][at[first]]
     global _SCRATCH
     if len(_SCRATCH[0]) < n:  # held from band to band in a worker: new pages cost more than the loop
-        _SCRATCH = _pair_scratch(max(n, 2 * len(_SCRATCH[0])))
+        _SCRATCH = pair_scratch(max(n, 2 * len(_SCRATCH[0])))
     later, first = _SCRATCH[0], _SCRATCH[1]
     # at most 256 buckets: the counting sort's copies go to as many places at once (more thrash the TLB)
     m = kernel(seg["hi"], seg["lo"], min(8, max(1, n.bit_length() - 10)), *_SCRATCH)
     return seg["rn"][later[:m]], seg["rn"][first[:m]]
 
 
-_SCRATCH = _pair_scratch(0)  # ``_key_pairs``' scratch, kept in the process
+_SCRATCH = pair_scratch(0)  # ``_key_pairs``' scratch, kept in the process
 
 
 def _groups(sorted_keys: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -960,12 +957,9 @@ def _band_job(args: tuple[str, DedupConfig, list[int], list[int], int, int]) -> 
     w = Work(Path(folder), cfg, rows)
     w.entries, w.parts = entries, parts
     u, v = w.band_pairs(band)
-    path = _pair_path(w.folder, band)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
+    with atomic_path(_pair_path(w.folder, band), sync=False) as tmp, open(tmp, "wb") as f:
         _write(f, u)
         _write(f, v)
-    os.replace(tmp, path)
     cuts = np.searchsorted(u, _range_starts(w.n)).astype(np.int64)
     trim_memory()  # a band's key ranges in, its pairs out: what is left of it goes back
     return cuts

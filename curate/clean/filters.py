@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from curate.clean.text import _apply_on
+from curate.clean.text import apply_on
 
 
 @dataclass(frozen=True)
@@ -237,7 +237,7 @@ def _mcq(t: pa.Table, c: FilterConfig) -> pa.Array:
     p = t["problem"]
     has_asy = pc.fill_null(pc.match_substring(p, "[asy]"), False).to_numpy(zero_copy_only=False)
     if has_asy.any():  # the drawing code out, of the rows that hold some (_ASY needs "[asy]")
-        p = _apply_on(p.combine_chunks() if isinstance(p, pa.ChunkedArray) else p, has_asy,
+        p = apply_on(p.combine_chunks() if isinstance(p, pa.ChunkedArray) else p, has_asy,
                       lambda x: pc.replace_substring_regex(x, _ASY, " "))
     letter = _re(a, _MCQ_ANSWER)
     if pc.any(letter).as_py():  # few rows: decided one by one

@@ -26,7 +26,7 @@ workers would pay numba's import (0.6 s, about 110 MB each) for less than they s
 
 Each has a twin that the callers use without numba (``dedup.minhash``'s shingles and numpy blocks, ``hash_strings``'
 numpy steps, ``text._ascii_tokens``' numpy passes, ``number_strings``' regex passes, ``dedup_disk.Work.judge``'s
-gathers, ``dedup_disk._by_key``'s sort, ``_save_bands``' argsort, ``text._word_hashes``'s ``hashlib``,
+gathers, ``dedup_disk._by_key``'s sort, ``_save_bands``' argsort, ``text.word_hashes``'s ``hashlib``,
 ``canonical``'s regex matches), and both give the same values bit for bit (``pair_loop`` the same pairs, in another
 order; ``rare_loop`` the same canonical text): tests hold them equal on real text. The functions are plain Python,
 compiled on first use in each process (``compiled``) and cached on disk by numba, so a worker process loads
@@ -104,11 +104,11 @@ _TRY: dict[str, Callable] = {  # one tiny call of each loop, with the types its 
                              np.empty((3, 2), np.uint64), np.empty(3, np.int64), np.empty(2, np.int64)),
     "agree_loop": lambda f: f(np.zeros((1, 2), np.uint32), 2, np.zeros(1, np.int64), np.zeros(1, np.int64),
                               np.empty(1)),
-    "pair_loop": lambda f: f(np.zeros(2, np.uint64), np.zeros(2, np.uint64), 1, *_pair_scratch(2)),
+    "pair_loop": lambda f: f(np.zeros(2, np.uint64), np.zeros(2, np.uint64), 1, *pair_scratch(2)),
 }
 
 
-def _pair_scratch(n: int) -> list[np.ndarray]:
+def pair_scratch(n: int) -> list[np.ndarray]:
     """``pair_loop``'s arrays after ``bits``, for ``n`` entries: ``later``, ``first``, ``bw``, ``bhi``, ``blo``,
     ``bat``."""
     return [np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.uint64), np.empty(n, np.uint64),

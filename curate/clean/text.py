@@ -44,7 +44,7 @@ def exact_key(col: pa.Array | pa.ChunkedArray) -> pa.Array:
     s = pc.replace_substring_regex(s, _DFRAC, r"\\frac")
     # every noise pattern begins with a backslash, "$" or "~": without the others, only each "$" goes
     s = s.combine_chunks() if isinstance(s, pa.ChunkedArray) else s
-    s = _apply_on(s, pc.fill_null(pc.match_substring_regex(s, r"[\\~]"), False).to_numpy(zero_copy_only=False),
+    s = apply_on(s, pc.fill_null(pc.match_substring_regex(s, r"[\\~]"), False).to_numpy(zero_copy_only=False),
                   lambda x: pc.replace_substring_regex(x, _LATEX_NOISE, ""), lambda x: pc.replace_substring(x, "$", ""))
     for c in _RE2_SPACE:  # what RE2's \s is; removing one never joins two of another
         s = pc.replace_substring(s, c, "")
@@ -122,9 +122,9 @@ def canonical(col: pa.Array | pa.ChunkedArray, compiled: bool = False) -> pa.Arr
         s = _where(s, _RARE, _rare_rewrites)
     else:
         bits = _rare_bits(s, kernel)
-        s = _apply_on(s, bits != 0, lambda x: _rare_rewrites(x, bits[bits != 0]))
+        s = apply_on(s, bits != 0, lambda x: _rare_rewrites(x, bits[bits != 0]))
     # every pattern of the typesetting begins with a backslash, "$", "~" or "&": without the others, only each "$" goes
-    s = _apply_on(s, pc.match_substring_regex(s, r"[\\~&]").to_numpy(zero_copy_only=False),
+    s = apply_on(s, pc.match_substring_regex(s, r"[\\~&]").to_numpy(zero_copy_only=False),
                   lambda x: pc.replace_substring_regex(x, _TYPESETTING, " "), lambda x: pc.replace_substring(x, "$", " "))
     return _where(s, r"[0-9](?:\{,\}|,)[0-9]", _thousands)
 
@@ -136,7 +136,7 @@ def _rare_rewrites(s: pa.Array | pa.ChunkedArray, bits: np.ndarray | None = None
     for j, (pattern, repl) in enumerate(_RARE_REWRITES):
         def rewrite(x, p=pattern, r=repl):
             return _where(x, p, lambda y: pc.replace_substring_regex(y, p, r))
-        s = rewrite(s) if bits is None else _apply_on(s, (bits & (1 << j)) != 0, rewrite)
+        s = rewrite(s) if bits is None else apply_on(s, (bits & (1 << j)) != 0, rewrite)
     return s
 
 
@@ -174,10 +174,10 @@ def _where(s: pa.Array | pa.ChunkedArray, need: str, rewrite: Callable) -> pa.Ar
     must match; the other rows are returned as they are. Each regex pass costs about as much per row whether it
     matches or not, and most rows need none of the rare rewrites."""
     s = s.combine_chunks() if isinstance(s, pa.ChunkedArray) else s
-    return _apply_on(s, pc.match_substring_regex(s, need).to_numpy(zero_copy_only=False), rewrite)
+    return apply_on(s, pc.match_substring_regex(s, need).to_numpy(zero_copy_only=False), rewrite)
 
 
-def _apply_on(s: pa.Array, mask: np.ndarray, fn: Callable, other: Callable | None = None) -> pa.Array:
+def apply_on(s: pa.Array, mask: np.ndarray, fn: Callable, other: Callable | None = None) -> pa.Array:
     """``fn`` on the rows of ``s`` that ``mask`` marks and ``other`` on the rest (None: the rest as they are), each
     row back in its place."""
     at = np.flatnonzero(mask)
@@ -219,7 +219,7 @@ def tokens(col: pa.Array | pa.ChunkedArray, canon: pa.Array | None = None, compi
     cut = (lambda x: _ascii_tokens(x, compiled=True)) if compiled else _ascii_tokens
     if fast.all():
         return cut(s)
-    return _apply_on(s, fast, cut, _regex_tokens)
+    return apply_on(s, fast, cut, _regex_tokens)
 
 
 def _regex_tokens(s: pa.Array) -> pa.ListArray:
@@ -311,7 +311,7 @@ def _by_ascii(s: pa.Array | pa.ChunkedArray, ascii_fn: Callable, other_fn: Calla
     """``ascii_fn`` on the rows that are ASCII (most math text: LaTeX) and ``other_fn`` on the others, in place.
     RE2 runs a pattern with Unicode classes (``\\p{L}``) about 1.6x slower than its ASCII equivalent."""
     s = s.combine_chunks() if isinstance(s, pa.ChunkedArray) else s
-    return _apply_on(s, pc.fill_null(pc.string_is_ascii(s), True).to_numpy(zero_copy_only=False), ascii_fn, other_fn)
+    return apply_on(s, pc.fill_null(pc.string_is_ascii(s), True).to_numpy(zero_copy_only=False), ascii_fn, other_fn)
 
 
 def _split_letters_digits(s: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
@@ -353,10 +353,10 @@ def asy_keys(col: pa.Array | pa.ChunkedArray) -> pa.Array:
         return pc.replace_substring_regex(pc.utf8_lower(x), r"\s+|\$|\\[()\[\]]", "")  # labels' $..$ or \(..\)
 
     has = pc.match_substring(col, "[asy]").to_numpy(zero_copy_only=False)
-    return _apply_on(col, has, code, lambda x: pc.utf8_slice_codeunits(x, 0, 0))
+    return apply_on(col, has, code, lambda x: pc.utf8_slice_codeunits(x, 0, 0))
 
 
-def _word_hashes(flat: pa.Array, compiled: bool = False) -> np.ndarray:
+def word_hashes(flat: pa.Array, compiled: bool = False) -> np.ndarray:
     """uint64 hash of each word (its 8-byte blake2b digest, little-endian), hashing each distinct word once: one
     ``hashlib`` object per word, or with ``compiled``, where numba is installed, one compiled loop
     (``kernels.blake2b_8``; the same values). Only dedup's signature workers ask for the loop: they load numba
@@ -392,13 +392,13 @@ def ngram_hashes(col: pa.Array | pa.ChunkedArray, n: int, short_docs: bool = Tru
     A row with fewer than ``n`` words yields one hash of all its words when ``short_docs`` is true
     (so short problems still get a shingle for near-dup), and nothing otherwise. ``toks``: the rows' ``tokens``,
     when the caller has them. ``compiled``: the words' hashes in the compiled loop where there is one
-    (``_word_hashes``).
+    (``word_hashes``).
     """
     toks = tokens(col) if toks is None else toks
     offsets = toks.offsets.to_numpy()
     offsets = offsets - offsets[0]
     flat = toks.flatten()
-    wh = _word_hashes(flat, compiled)
+    wh = word_hashes(flat, compiled)
     lengths = np.diff(offsets)
     nrows = len(lengths)
     total = len(wh)
@@ -456,7 +456,7 @@ def repair_escapes(col: pa.Array | pa.ChunkedArray) -> tuple[pa.Array, pa.Array]
             x = pc.replace_substring_regex(x, pattern, "\\\\" + letter + r"\1")
         return pc.replace_substring_regex(x, _NEWLINE_DAMAGE, r"\1\\n\2\3")
 
-    out = _apply_on(col, pc.fill_null(pc.match_substring_regex(col, r"[\x07-\x0d]"), False).to_numpy(zero_copy_only=False),
+    out = apply_on(col, pc.fill_null(pc.match_substring_regex(col, r"[\x07-\x0d]"), False).to_numpy(zero_copy_only=False),
                     repair)
     changed = pc.fill_null(pc.not_equal(out, col), False)
     return out, changed

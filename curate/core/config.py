@@ -67,11 +67,11 @@ def check_keys(data: dict, known, where: str) -> None:
 
 
 @cache
-def _hints(cls) -> dict[str, Any]:
+def type_hints(cls) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
 
-def _coerce(value: Any, tp: Any, where: str) -> Any:
+def coerce(value: Any, tp: Any, where: str) -> Any:
     """``value`` checked against annotation ``tp`` (lists become tuples where a tuple is declared)."""
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
@@ -83,7 +83,7 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
             if o is type(None):
                 continue
             try:
-                return _coerce(value, o, where)
+                return coerce(value, o, where)
             except ConfigError as e:
                 errors.append(str(e))
         raise ConfigError(errors[0] if len(errors) == 1 else f"{where}: {value!r} fits none of {tp}")
@@ -98,12 +98,12 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
             raise ConfigError(f"{where}: expected a list, got {value!r}")
         args = typing.get_args(tp)
         if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
-            return tuple(_coerce(v, args[0], where) for v in value)
+            return tuple(coerce(v, args[0], where) for v in value)
         if origin is tuple and args:
             if len(args) != len(value):
                 raise ConfigError(f"{where}: expected {len(args)} values, got {len(value)}")
-            return tuple(_coerce(v, a, where) for v, a in zip(value, args, strict=True))
-        return [_coerce(v, args[0], where) for v in value] if args else list(value)
+            return tuple(coerce(v, a, where) for v, a in zip(value, args, strict=True))
+        return [coerce(v, args[0], where) for v in value] if args else list(value)
     if origin is dict:
         if not isinstance(value, dict):
             raise ConfigError(f"{where}: expected a table, got {value!r}")
@@ -134,10 +134,10 @@ def from_dict(cls, data: dict, where: str = "config", base_dir: Path | None = No
         raise ConfigError(f"{where}: expected a table of settings, got {data!r}")
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     check_keys(data, fields, where)
-    hints = _hints(cls)
+    hints = type_hints(cls)
     values = {}
     for k, v in data.items():
-        v = _coerce(v, hints[k], f"{where}.{k}")
+        v = coerce(v, hints[k], f"{where}.{k}")
         if base_dir is not None and fields[k].metadata.get("path") and isinstance(v, str) and v:
             v = _rebase(v, base_dir)
         elif base_dir is not None and fields[k].metadata.get("path") and isinstance(v, tuple | list):
@@ -205,7 +205,7 @@ def add_options(parser: argparse.ArgumentParser, cls, skip=(), aliases: dict[str
     """
     aliases = aliases or {}
     helps = field_help(cls)
-    hints = _hints(cls)
+    hints = type_hints(cls)
     for f in dataclasses.fields(cls):
         if f.name in skip or not f.init:
             continue
@@ -244,7 +244,7 @@ def _base_type(tp):
 def given(cls, args: argparse.Namespace) -> dict:
     """The fields of ``cls`` (nested ones as nested dicts) that were given on the command line."""
     out: dict[str, Any] = {}
-    hints = _hints(cls)
+    hints = type_hints(cls)
     for f in dataclasses.fields(cls):
         tp = hints[f.name]
         if dataclasses.is_dataclass(tp):

@@ -113,15 +113,15 @@ class StageRun:
             self.rows_in += kept.num_rows + n_rej if rows_in is None else rows_in
             if kept.num_rows:
                 self.kept.write(kept)
-                for src, n in _value_counts(kept["source"]).items():
+                for src, n in value_counts(kept["source"]).items():
                     self.by_source[src]["in"] += n
                     self.by_source[src]["kept"] += n
             if rejected is not None and n_rej:
                 self.rejected.write(rejected)
                 reasons = rejected["reject_reason"]
-                self.reasons.update(_value_counts(reasons))
+                self.reasons.update(value_counts(reasons))
                 pairs = pc.binary_join_element_wise(pc.fill_null(rejected["source"], "?"), reasons, "\x1f")
-                for key, n in _value_counts(pairs).items():
+                for key, n in value_counts(pairs).items():
                     src, reason = key.split("\x1f", 1)
                     self.by_source[src]["in"] += n
                     self.by_source[src]["rejected/" + reason] += n
@@ -134,7 +134,7 @@ class StageRun:
                         self.signals[sig] += int(pc.sum(t[sig]).as_py() or 0)
 
 
-def _value_counts(col: pa.ChunkedArray | pa.Array) -> dict[str, int]:
+def value_counts(col: pa.ChunkedArray | pa.Array) -> dict[str, int]:
     vc = pc.value_counts(col)
     return {v["values"].as_py(): v["counts"].as_py() for v in vc}
 

@@ -220,6 +220,17 @@ def read_table(folder: Path, columns: list[str] | None = None) -> pa.Table:
     return pa.concat_tables(pq.read_table(p, columns=columns) for p in paths)
 
 
+def kept_dirs(dirs: list[Path]) -> list[Path]:
+    """The kept-rows folder of each stage output in ``dirs`` (``stage_dir``)."""
+    return [stage_dir(Path(d)) for d in dirs]
+
+
+def keep_rows(t: pa.Table, keep: pa.Array | pa.ChunkedArray, rejected: pa.Table) -> pa.Table:
+    """The rows of ``t`` that ``keep`` marks: ``t`` itself when ``rejected`` (the batch's other rows) is empty, since a
+    filter copies every kept row's text."""
+    return t.filter(keep) if rejected.num_rows else t
+
+
 def stage_dir(path: Path) -> Path:
     """The kept-rows folder of a stage output (``OUT/kept``), or ``path`` itself if it holds shards."""
     path = Path(path)
@@ -243,18 +254,25 @@ def read_manifest(out: Path) -> dict | None:
 
 
 @contextlib.contextmanager
-def atomic_path(path: Path) -> Iterator[Path]:
-    """A temporary name beside ``path`` to write to; on success it is synced and renamed to ``path`` (a reader never
-    sees half a file), on failure removed."""
+def atomic_path(path: Path, sync: bool = True) -> Iterator[Path]:
+    """A temporary name beside ``path`` (``NAME.tmp``) to write to; on success it is synced (``sync``: off for scratch
+    files a killed run computes again) and renamed to ``path``, so a reader never sees half a file; on failure it is
+    removed. The one way gradus writes a file whole."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
     try:
         yield tmp
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
+        if sync:
+            with open(tmp, "rb+") as f:
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(text)
 
 
 def write_json_atomic(path: Path, obj: dict) -> None:

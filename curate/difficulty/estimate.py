@@ -23,14 +23,12 @@ temperature and use the pass rate as the difficulty (lower = harder). This modul
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import logging
 import math
 import queue
 import threading
 import time
-import uuid
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
@@ -41,22 +39,31 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from curate.core.config import ConfigError, check_choice
-from curate.core.errors import GradusError
 from curate.core.manifest import Manifest
 from curate.core.runner import Runner, StageError, input_entries, reject_table
 from curate.core.schema import SCHEMA, conform
 from curate.core.shards import file_sha256, shard_paths, stage_dir, write_json_atomic
 from curate.difficulty import templates
 from curate.difficulty.adaptive import (
-    MIN_PRIOR_ROWS,
     AdaptiveConfig,
-    fit_prior,
-    grid_masses,
     next_round,
     reliability_check,
 )
 from curate.difficulty.engines import Completion, GenRequest, Sampler, SamplingConfig, make_sampler
-from curate.difficulty.grading import GRADER_VERSION, OUTCOMES, GradingPool, cut_off_unanswered, final_answer
+from curate.difficulty.grading import GRADER_VERSION, OUTCOMES, GradingPool, final_answer
+from curate.difficulty.store import (
+    DIFFICULTY_COLUMNS,
+    SCORING_RULE,
+    DifficultyStore,
+    EstimateError,
+    fit_store_prior,
+    param_key,
+    row_key,
+    store_identity,
+    template_fingerprint,
+    write_table_atomic,
+)
+from curate.difficulty.suspect import SUSPECT_RULE, consensus, suspect_recall
 
 log = logging.getLogger(__name__)
 STAGE = "estimate"
@@ -66,9 +73,6 @@ REGRADE_FACTOR = 6  # changes verdicts: bump _GRADING_RULE in grading.py (part o
 # Fixed k: a row with a timed-out sample waits for the second pass, at the end of the stage or as soon as this many
 # rows wait (its chunk is written after it); adaptive rows are graded again at once, before the stopping rule.
 PARK_MAX = 256
-# Bump when what a scored row means changes (2: pass_rate = n_correct / k, timeouts and crashes count as failures).
-# Part of the stage's identity and of every store key, so no run resumes or copies rows scored under another rule.
-SCORING_RULE = 2
 RESPONSE_SCHEMA = pa.schema([
     pa.field("id", pa.string(), nullable=False),
     pa.field("sample", pa.int32(), nullable=False),
@@ -77,20 +81,6 @@ RESPONSE_SCHEMA = pa.schema([
     pa.field("finish_reason", pa.string(), nullable=False),
     pa.field("outcome", pa.string(), nullable=False),
 ])
-DIFFICULTY_COLUMNS = ["model", "model_revision", "backend", "template", "k", "temperature", "top_p", "max_tokens", "seed",
-                      "n_correct", "n_graded", "pass_rate", "correct", "pass_rate_low", "pass_rate_high", "outcomes",
-                      "response_tokens", "truncated", "prompt_tokens", "grader_version", "rounds", "stop_reason",
-                      "bucket_masses", "answers", "suspect_gold", "consensus_answer", "consensus_count"]
-# suspect gold (our rule): no sample graded correct, and at least this many samples, and at least half of all, give
-# one answer that is not the gold
-CONSENSUS_MIN = 3
-# Bump when the suspect-gold rule changes (2: no sample graded correct). Part of the stage's identity, not of the store
-# keys: rows copied from the store get the flag recomputed from their stored answers and outcomes.
-SUSPECT_RULE = 2
-
-
-class EstimateError(GradusError):
-    pass
 
 
 def wilson(n_correct: int, n: int, z: float = 1.959964) -> tuple[float, float]:
@@ -147,94 +137,6 @@ class EstimateConfig:
         return d
 
 
-def row_key(problem: str, answer: str) -> str:
-    """What a stored estimate answers for: the exact problem text and the exact gold answer.
-
-    The row ``id`` hashes a normalized text (so copies that differ only in spacing share it); two rows with
-    one id may still carry different golds (two sources, a corrected gold), and a verdict graded against
-    one gold says nothing about the other.
-    """
-    return hashlib.sha256(f"{problem}\x00{answer}".encode()).hexdigest()[:32]
-
-
-def store_identity(model: str, revision: str, template: str, template_fingerprint: str, s: SamplingConfig,
-                   grader_timeout_s: int, base_url: str | None = None, grader: str | None = None,
-                   sequential: AdaptiveConfig | None = None) -> dict:
-    """Everything that changes a difficulty estimate, and nothing else: what the store key hashes.
-
-    The model and its exact revision; the template's rendered text (not only its name: the chat template of
-    the tokenizer and the instruction are in it); every sampling parameter that changes what is drawn
-    (k, temperature, top_p, max_tokens, seed, max_prompt_tokens); the grader (math-verify, sympy and
-    latex2sympy versions and our extraction rule) and its timeout; and, for an OpenAI-compatible server, its
-    base URL; sequential sampling's settings when it is on. The backend is recorded with each row, not keyed:
-    vLLM and an HTTP server running the same weights with the same seeds are the same estimate.
-    """
-    extra = {"sequential": asdict(sequential)} if sequential is not None and sequential.active else {}
-    return {**extra, "model": model, "revision": revision, "template": template, "template_fingerprint": template_fingerprint,
-            "k": s.k, "temperature": s.temperature, "top_p": s.top_p, "max_tokens": s.max_tokens, "seed": s.seed,
-            "max_prompt_tokens": s.max_prompt_tokens, "grader": grader or GRADER_VERSION, "grader_timeout_s": grader_timeout_s,
-            "base_url": base_url, "scoring_rule": SCORING_RULE}
-
-
-def param_key(identity: dict) -> str:
-    """The store folder name for a ``store_identity``."""
-    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def template_fingerprint(template: str, tokenizer=None) -> str:
-    """Hash of what the template makes of a probe problem: its text, its chat template and its instruction."""
-    probe = "<<gradus-probe-problem>>"
-    parts = [template, json.dumps(templates.messages(template, probe))]
-    if tokenizer is not None or template not in templates.CHAT_TEMPLATES:
-        parts.append(templates.render(template, probe, tokenizer))
-    return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:16]
-
-
-class DifficultyStore:
-    """Append-only Parquet segments per store key: ``ROOT/{param_key}/seg_*.parquet``.
-
-    Rows are found by ``row_key`` (exact problem text + gold), never by the normalized-text ``id`` alone, and
-    each folder holds ``identity.json``, the full ``store_identity`` its key hashes (checked on open).
-    """
-
-    def __init__(self, root: Path, identity: dict):
-        self.key = param_key(identity)
-        self.dir = Path(root) / self.key
-        self.identity = identity
-        self._rows: dict[str, dict] | None = None
-
-    def load(self) -> dict[str, dict]:
-        if self._rows is None:
-            self._rows = {}
-            ident = self.dir / "identity.json"
-            if ident.exists() and json.loads(ident.read_text()) != json.loads(json.dumps(self.identity)):
-                raise EstimateError(f"difficulty store {self.dir}: identity.json does not match its key; remove the folder")
-            for p in shard_paths(self.dir):
-                t = pq.read_table(p)
-                if "row_key" not in t.column_names:
-                    continue  # a segment from before rows were keyed by problem and gold: never trusted
-                for row in t.to_pylist():
-                    self._rows[row["row_key"]] = row
-        return self._rows
-
-    def get(self, problem: str, answer: str) -> dict | None:
-        return self.load().get(row_key(problem, answer))
-
-    def append(self, table: pa.Table) -> None:
-        if not table.num_rows:
-            return
-        self.dir.mkdir(parents=True, exist_ok=True)
-        ident = self.dir / "identity.json"
-        if not ident.exists():
-            write_json_atomic(ident, self.identity)
-        keys = [row_key(p, a) for p, a in zip(table["problem"].to_pylist(), table["answer"].to_pylist(), strict=True)]
-        t = table.select(["id", *DIFFICULTY_COLUMNS]).append_column("row_key", pa.array(keys, pa.string()))
-        _write_atomic(t, self.dir / f"seg_{time.time_ns()}_{uuid.uuid4().hex[:8]}.parquet")
-        if self._rows is not None:
-            for row in t.to_pylist():
-                self._rows[row["row_key"]] = row
-
-
 def _chunks(folders: list[Path], size: int, limit: int | None = None) -> Iterator[pa.Table]:
     """Input rows in order (the first ``limit`` only, if set), cut into tables of exactly ``size`` rows."""
     buf: list[pa.Table] = []
@@ -268,11 +170,6 @@ def _n_chunks(folders: list[Path], size: int, limit: int | None = None) -> int:
     return -(-rows // size)
 
 
-def _write_atomic(table: pa.Table, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    pq.write_table(table, tmp, compression="zstd")
-    tmp.replace(path)
 
 
 @dataclass
@@ -486,7 +383,8 @@ class Estimator:
         info.sampler = sampler.info()
         identity = store_identity(info.model or sampler.model_name, info.revision or "unresolved", cfg.template,
                                   template_fingerprint(cfg.template, sampler.tokenizer), s, cfg.grader_timeout_s,
-                                  base_url=cfg.base_url if cfg.backend == "openai" else None, sequential=cfg.sequential)
+                                  base_url=cfg.base_url if cfg.backend == "openai" else None, grader=GRADER_VERSION,
+                                  sequential=cfg.sequential)
         if cfg.sequential.adaptive and cfg.sequential.prior == "store":
             identity["prior"] = self._store_prior(identity, all_chunks)  # the fitted prior decides when rows stop
         info.param_key = param_key(identity)
@@ -685,7 +583,7 @@ class Estimator:
                             chunks[m.chunk].from_store.add(m.row)
                             row: dict = {k: m.scores.get(k) for k in DIFFICULTY_COLUMNS}
                             if row.get("answers") is not None and row.get("outcomes") is not None:
-                                row.update(_consensus(pool, row["answers"], row["outcomes"]))  # today's rule
+                                row.update(consensus(pool, row["answers"], row["outcomes"]))  # today's rule
                             self._record(chunks[m.chunk], m.row, row, hist, bar)
                     for cidx in sorted(k for k, ch in chunks.items() if not ch.todo):
                         self._write_chunk(chunks.pop(cidx))
@@ -704,7 +602,7 @@ class Estimator:
 
     def _score_and_record(self, pool: GradingPool, ch: _Chunk, i: int, done: tuple, hist: _Histogram, bar) -> None:
         row = self._score(ch, i, *done)
-        row.update(_consensus(pool, row["answers"], row["outcomes"]))
+        row.update(consensus(pool, row["answers"], row["outcomes"]))
         self._record(ch, i, row, hist, bar)
 
     def _second_pass(self, pool: GradingPool, items: list[tuple[str, str, list[str], int]]) -> None:
@@ -728,17 +626,22 @@ class Estimator:
             self._score_and_record(pool, ch, i, tuple(done), hist, bar)
 
     def _grade(self, pool: GradingPool, chunks: dict[int, _Chunk], gens: list[_Generated]) -> list[list[str]]:
-        """Outcomes of every completion of ``gens``, in one pool call; cut-off unanswered ones are ``no_answer``."""
-        outcomes = [["no_answer" if cut_off_unanswered(x.text, x.truncated) else "" for x in m.completions] for m in gens]
-        todo = [(gi, j) for gi, outs in enumerate(outcomes) for j, o in enumerate(outs) if not o]
-        if todo:
-            golds = [chunks[gens[gi].chunk].table["answer"][gens[gi].row].as_py() for gi, _ in todo]
-            texts = [gens[gi].completions[j].text for gi, j in todo]
-            t0 = time.perf_counter()
-            for (gi, j), o in zip(todo, pool.grade(golds, texts), strict=True):
-                outcomes[gi][j] = o
-            self.stats["grade_seconds"] += time.perf_counter() - t0
-        return outcomes
+        """Outcomes of every completion of ``gens``, in one pool call (``GradingPool.grade_completions``)."""
+        golds, texts, cut, sizes = [], [], [], []
+        for m in gens:
+            gold = chunks[m.chunk].table["answer"][m.row].as_py()
+            golds += [gold] * len(m.completions)
+            texts += [x.text for x in m.completions]
+            cut += [x.truncated for x in m.completions]
+            sizes.append(len(m.completions))
+        t0 = time.perf_counter()
+        flat = pool.grade_completions(golds, texts, cut)
+        self.stats["grade_seconds"] += time.perf_counter() - t0
+        out, at = [], 0
+        for n in sizes:
+            out.append(flat[at : at + n])
+            at += n
+        return out
 
     def _record(self, ch: _Chunk, i: int, row: dict, hist: _Histogram, bar) -> None:
         ch.scored[i] = row
@@ -800,18 +703,18 @@ class Estimator:
         keep = sorted(ch.scored)
         rej = sorted(ch.rejected)
         if ch.responses:
-            _write_atomic(pa.Table.from_pylist(ch.responses, schema=RESPONSE_SCHEMA), self.out / "responses" / name)
+            write_table_atomic(pa.Table.from_pylist(ch.responses, schema=RESPONSE_SCHEMA), self.out / "responses" / name)
         if rej:
             t = ch.table.take(pa.array(rej, pa.int64()))
             t = conform({n: t[n] for n in t.column_names if n in SCHEMA.names}, len(rej))
             rt = reject_table(t, STAGE, [ch.rejected[i][0] for i in rej], [ch.rejected[i][1] for i in rej])
-            _write_atomic(rt, self.out / "rejected" / name)
+            write_table_atomic(rt, self.out / "rejected" / name)
         t = ch.table.take(pa.array(keep, pa.int64()))
         cols = {n: t[n] for n in t.column_names if n in SCHEMA.names}
         for col in DIFFICULTY_COLUMNS:
             cols[col] = pa.array([ch.scored[i][col] for i in keep], SCHEMA.field(col).type)
         kept = conform(cols, len(keep))
-        _write_atomic(kept, self.out / "kept" / name)  # last: a kept part on disk marks the chunk finished
+        write_table_atomic(kept, self.out / "kept" / name)  # last: a kept part on disk marks the chunk finished
         if self.store is not None:
             fresh = [j for j, i in enumerate(keep) if i not in ch.from_store]
             self.store.append(kept.take(pa.array(fresh, pa.int64())))
@@ -919,98 +822,6 @@ class Estimator:
                                  expected_rows_in=expected)
         except StageError as e:
             raise EstimateError(str(e)) from e
-
-
-# What must match for another store folder's rows to inform a prior: the same model and weights, prompt, sampling
-# distribution and grader (k, seed and sequential settings may differ: they change how many samples, not their law).
-SAME_ESTIMATOR = ("model", "revision", "template", "template_fingerprint", "temperature", "top_p", "max_tokens",
-                  "max_prompt_tokens", "grader", "grader_timeout_s", "base_url", "scoring_rule")
-
-
-def fit_store_prior(root: Path, identity: dict, exclude: set[str]) -> dict:
-    """The empirical-Bayes prior of a run (``curate.difficulty.adaptive.fit_prior``) from the difficulty store: every
-    stored row of another problem (its ``id``, the hash of the normalized problem text, not in ``exclude``, the run's
-    own problems: out of sample, whatever gold they were graded against) scored by the same estimator
-    (``SAME_ESTIMATOR``), one per problem (the one with the most samples). Fewer than
-    ``MIN_PRIOR_ROWS``: Jeffreys, with a note saying so."""
-    best: dict[str, tuple[int, int]] = {}
-    folders = []
-    for ident in sorted(Path(root).glob("*/identity.json")):
-        other = json.loads(ident.read_text())
-        if any(other.get(k) != identity.get(k) for k in SAME_ESTIMATOR):
-            continue
-        used = 0
-        for p in shard_paths(ident.parent):
-            cols = ["id", "n_correct", "k"]
-            if not set(cols) <= set(pq.read_schema(p).names):
-                continue
-            t = pq.read_table(p, columns=cols)  # only what the fit reads (a segment holds every scored column)
-            for key, c, k in zip(t["id"].to_pylist(), t["n_correct"].to_pylist(), t["k"].to_pylist(), strict=True):
-                if key in exclude or c is None or not k:
-                    continue
-                used += 1
-                if key not in best or k > best[key][1]:
-                    best[key] = (c, k)
-        if used:
-            folders.append(ident.parent.name)
-    if len(best) < MIN_PRIOR_ROWS:
-        return {"kind": "jeffreys", "rows": len(best), "folders": folders,
-                "note": f"the store holds {len(best)} rows of other problems scored by this model and settings; a "
-                        f"fitted prior needs {MIN_PRIOR_ROWS}: Jeffreys"}
-    c, k = zip(*best.values(), strict=True)
-    w = fit_prior(c, k)
-    return {"kind": "store", "rows": len(best), "folders": folders,
-            "sha": hashlib.sha256(w.tobytes()).hexdigest()[:16], "weights": w.tolist(),
-            "bucket_masses": [round(x, 4) for x in grid_masses(0, 0, w)]}
-
-
-def _consensus(pool: GradingPool, answers: list[str | None], outcomes: list[str]) -> dict:
-    """``suspect_gold`` when no sample was graded correct and at least ``CONSENSUS_MIN`` samples, and at least half
-    of all, give one answer that was graded wrong (math-verify: not the gold). Answers are grouped as math-verify
-    compares them (``0.5`` and ``\\frac12`` are one answer); a sample without an explicit answer belongs to no group.
-    A sample that reaches the gold says the gold can be right: the agreeing wrong answers are then the model's
-    systematic slip (measured on the demo's exact golds: 3 of its 5 false flags had a correct sample)."""
-    none = {"suspect_gold": False, "consensus_answer": None, "consensus_count": None}
-    if "correct" in outcomes:
-        return none
-    wrong = [a for a, o in zip(answers, outcomes, strict=True) if o == "wrong" and a]
-    need = max(CONSENSUS_MIN, (len(outcomes) + 1) // 2)
-    if len(wrong) < need:
-        return none
-    counts = Counter(wrong)
-    groups: list[list[str]] = []
-    for a, _ in counts.most_common():  # most frequent spelling first
-        for g in groups:
-            if pool.same_answer([(g[0], a)])[0]:
-                g.append(a)
-                break
-        else:
-            groups.append([a])
-    best = max(groups, key=lambda g: sum(counts[a] for a in g))
-    n = sum(counts[a] for a in best)
-    if n < need:
-        return none
-    return {"suspect_gold": True, "consensus_answer": best[0], "consensus_count": n}
-
-
-SUSPECT_CHECK_ROWS = 2000  # rows the recall check reads at most (evenly spread): recall to about +-0.02, and a
-# bounded finish (each distinct non-plain answer pair is one math-verify call)
-
-
-def suspect_recall(pool: GradingPool, answers: list[list], outcomes: list[list[str]],
-                   limit: int = SUSPECT_CHECK_ROWS) -> dict:
-    """The suspect-gold rule's recall on a run's own samples: of the rows with a correct sample (their gold is
-    reached, so likely right), the share ``_consensus`` would flag had the gold been another answer, one no sample
-    gives (its correct samples then graded wrong, with the answers they gave). A row the model solves once in ten
-    has little to agree on; a wrong gold of a row the model never solves is not seen at all. At most ``limit`` of
-    those rows are read, evenly spread over the run."""
-    solved = [i for i, o in enumerate(outcomes) if answers[i] is not None and o is not None and "correct" in o]
-    picked = solved if len(solved) <= limit else [solved[j * len(solved) // limit] for j in range(limit)]
-    caught = sum(bool(_consensus(pool, answers[i], ["wrong" if x == "correct" else x for x in outcomes[i]])["suspect_gold"])
-                 for i in picked)
-    return {"rows_with_a_correct_sample": len(solved), "rows_checked": len(picked), "caught_if_gold_wrong": caught,
-            "recall": round(caught / len(picked), 4) if picked else None}
-
 
 def _ends_report(correct: list[list[bool]], base: int) -> dict:
     """Of the rows with no correct (or no wrong) sample in their first ``base`` samples, how many showed one later."""

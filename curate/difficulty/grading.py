@@ -499,10 +499,10 @@ class GoldVerdicts:
         (self.dir / "grader.txt").write_text(self.grader + "\n")
         t = pa.table({"gold": pa.array(list(keep), pa.string()), "ok": pa.array([r.ok for r in keep.values()]),
                       "reason": pa.array([r.reason for r in keep.values()], pa.string())})
-        path = self.dir / f"seg_{time.time_ns()}_{uuid.uuid4().hex[:8]}.parquet"
-        tmp = path.with_suffix(".tmp")
-        pq.write_table(t, tmp, compression="zstd")
-        os.replace(tmp, path)
+        from curate.core.shards import atomic_path
+
+        with atomic_path(self.dir / f"seg_{time.time_ns()}_{uuid.uuid4().hex[:8]}.parquet") as tmp:
+            pq.write_table(t, tmp, compression="zstd")
 
 
 class GradingPool:
@@ -785,6 +785,17 @@ class GradingPool:
         out = [self._verify_memo[k] for k in keys]
         if len(self._verify_memo) > 1_000_000:  # bounded: cleared after this call's verdicts are read
             self._verify_memo.clear()
+        return out
+
+    def grade_completions(self, golds: list[str], texts: list[str], truncated: list[bool]) -> list[str]:
+        """``grade`` for a model's completions, the one rule of difficulty estimation and of training rewards: a
+        completion cut off by the token limit before any explicit answer is ``no_answer`` without grading
+        (``cut_off_unanswered``); the rest are graded."""
+        out = ["no_answer" if cut_off_unanswered(t, tr) else "" for t, tr in zip(texts, truncated, strict=True)]
+        todo = [i for i, o in enumerate(out) if not o]
+        if todo:
+            for i, o in zip(todo, self.grade([golds[i] for i in todo], [texts[i] for i in todo]), strict=True):
+                out[i] = o
         return out
 
     def regrade(self, golds: list[str], responses: list[str], timeout_s: int) -> list[str]:

@@ -58,7 +58,7 @@ def _repo_dir(name: str) -> Path:
     return hub_cache() / ("datasets--" + name.replace("/", "--"))
 
 
-def _offline() -> bool:
+def offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
 
 
@@ -72,7 +72,7 @@ def resolve(spec: str, revision: str | None = None) -> Pinned:
         return Pinned(revision, "pinned", snap if snap.is_dir() else None)
     ref = revision or "main"
     why = "offline (HF_HUB_OFFLINE=1)"
-    if not _offline():
+    if not offline():
         from huggingface_hub import HfApi
         from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
 

@@ -346,11 +346,11 @@ def _hub(spec: str, pinned=None, slow: bool = False) -> Iterator[pa.Table]:
     """A Hugging Face hub id: ``owner/name``, ``hf:owner/name``, optional ``:config`` and ``@split``, read at the commit
     ``pinned`` names (``curate.sources.hub.resolve``): streamed from the Hub, or offline from the cached snapshot's
     files."""
-    from curate.sources.hub import HubSource, _offline, resolve, snapshot_files
+    from curate.sources.hub import HubSource, offline, resolve, snapshot_files
 
     src = HubSource.parse(spec)
     pinned = pinned or resolve(spec)
-    if _offline() or pinned.how == "cache":
+    if offline() or pinned.how == "cache":
         if pinned.snapshot is None:
             raise SourceError(f"{spec}: offline, and commit {pinned.commit[:12]} is not in the hub cache")
         files = snapshot_files(spec, pinned.snapshot)

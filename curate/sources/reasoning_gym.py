@@ -20,7 +20,7 @@ from typing import Any
 import pyarrow as pa
 
 from curate.core.errors import SourceError
-from curate.sources.rows import BATCH_ROWS, rows_to_table
+from curate.sources.rows import batched_tables
 
 PREFIX = "reasoning_gym:"
 
@@ -78,14 +78,11 @@ def reasoning_gym_batches(spec: str) -> Iterator[pa.Table]:
         ds = reasoning_gym.create_dataset(task, size=ours["n"], seed=ours["seed"], **theirs)
     except (TypeError, ValueError, AssertionError) as e:
         raise SourceError(f"{spec}: reasoning-gym refused the settings of {task!r}: {e}") from e
-    batch: list = []
-    for i in range(ours["n"]):
-        entry = ds[i]
-        row = {"id": f"rg-{task}-{ours['seed'] + i}", "problem": entry["question"], "answer": str(entry["answer"]),
-               "subject": task, "level": ours["level"], "difficulty": ours["level"], "question_type": task}
-        batch.append((i, row, None))
-        if len(batch) >= BATCH_ROWS:
-            yield rows_to_table(batch)
-            batch = []
-    if batch:
-        yield rows_to_table(batch)
+
+    def rows():
+        for i in range(ours["n"]):
+            entry = ds[i]
+            yield i, {"id": f"rg-{task}-{ours['seed'] + i}", "problem": entry["question"], "answer": str(entry["answer"]),
+                      "subject": task, "level": ours["level"], "difficulty": ours["level"], "question_type": task}, None
+
+    yield from batched_tables(rows())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Iterator
 
 import pyarrow as pa
 
@@ -21,6 +22,18 @@ def _value_to_str(v: object) -> tuple[str | None, str | None]:
     if isinstance(v, int | float):
         return str(v), "number"  # a number where text may be wanted: an adapter rejects a problem that is one
     return json.dumps(v, ensure_ascii=False), type(v).__name__
+
+
+def batched_tables(rows: Iterable[tuple[int, object, str | None]]) -> Iterator[pa.Table]:
+    """``rows_to_table`` over ``BATCH_ROWS`` rows at a time: what a line-by-line reader or a generator yields."""
+    batch: list = []
+    for row in rows:
+        batch.append(row)
+        if len(batch) >= BATCH_ROWS:
+            yield rows_to_table(batch)
+            batch = []
+    if batch:
+        yield rows_to_table(batch)
 
 
 def rows_to_table(rows: list[tuple[int, object, str | None]]) -> pa.Table:

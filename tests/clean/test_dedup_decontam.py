@@ -75,7 +75,7 @@ def _word_hashes_both(texts: list[str]) -> tuple | None:
     import hashlib
 
     from curate.clean.kernels import compiled
-    from curate.clean.text import _word_hashes, tokens
+    from curate.clean.text import tokens, word_hashes
 
     kernel = compiled("blake2b_8")
     if kernel is None:
@@ -85,7 +85,7 @@ def _word_hashes_both(texts: list[str]) -> tuple | None:
     out = np.empty(1, np.uint64)  # the empty string: one block of zeros
     kernel(np.frombuffer(b"\0", np.uint8), np.zeros(2, np.int64), out)
     empty = int.from_bytes(hashlib.blake2b(b"", digest_size=8).digest(), "little")
-    return len(pc.unique(flat)), _word_hashes(flat, compiled=True), _word_hashes(flat), int(out[0]), empty
+    return len(pc.unique(flat)), word_hashes(flat, compiled=True), word_hashes(flat), int(out[0]), empty
 
 
 def test_the_compiled_loops_never_load_in_the_main_process():

@@ -11,7 +11,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from curate import pipeline
 from curate.clean import dedup_disk
 from curate.clean.dedup import DedupConfig, minhash
 from curate.core.shards import read_table, shard_paths
@@ -314,7 +313,9 @@ def test_a_killed_dedup_restarts_from_its_shards_and_writes_the_same(tmp_path, m
     if where == "judge":
         monkeypatch.setattr(dedup_disk.Work, "judge", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt()))
     if where == "clusters":
-        monkeypatch.setattr(pipeline, "clusters", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt()))
+        import curate.clean.dedup_stage as stage
+
+        monkeypatch.setattr(stage, "clusters", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt()))
     with pytest.raises(KeyboardInterrupt):
         dedup_stage(dirs, tmp_path / "killed", DedupConfig(workers=1))
     assert (tmp_path / "killed" / "work").is_dir() and not (tmp_path / "killed" / "manifest.json").exists()

@@ -61,22 +61,22 @@ def test_changed_golds_are_flagged_by_the_samples_consensus(real_data, tmp_path)
 
 
 def test_a_split_vote_or_too_few_is_not_a_consensus(real_data, tmp_path):
-    from curate.difficulty.estimate import _consensus
+    from curate.difficulty.estimate import consensus
     from curate.difficulty.grading import GradingPool
 
     with GradingPool(1) as pool:
         # 2 of 4 agree: under the minimum of 3
-        assert not _consensus(pool, ["5", "5", "6", None], ["wrong"] * 4)["suspect_gold"]
+        assert not consensus(pool, ["5", "5", "6", None], ["wrong"] * 4)["suspect_gold"]
         # 3 of 8 agree: under half
-        assert not _consensus(pool, ["5", "5", "5", "6", "7", "8", "9", None], ["wrong"] * 8)["suspect_gold"]
+        assert not consensus(pool, ["5", "5", "5", "6", "7", "8", "9", None], ["wrong"] * 8)["suspect_gold"]
         # 4 of 8 agree (half) as math-verify reads them: a consensus
-        c = _consensus(pool, ["0.25", "\\frac14", "1/4", "\\frac{1}{4}", "7", "8", None, None], ["wrong"] * 6 + ["no_answer"] * 2)
+        c = consensus(pool, ["0.25", "\\frac14", "1/4", "\\frac{1}{4}", "7", "8", None, None], ["wrong"] * 6 + ["no_answer"] * 2)
         assert (c["suspect_gold"], c["consensus_count"]) == (True, 4)
         # answers graded correct never count against the gold
-        assert not _consensus(pool, ["5"] * 6, ["correct"] * 6)["suspect_gold"]
+        assert not consensus(pool, ["5"] * 6, ["correct"] * 6)["suspect_gold"]
         # one sample reached the gold: 5 agreeing wrong answers of 6 are the model's slip, not a wrong gold
-        assert not _consensus(pool, ["12", "13", "13", "13", "13", "13"], ["correct"] + ["wrong"] * 5)["suspect_gold"]
-        assert _consensus(pool, ["11", "13", "13", "13", "13", "13"], ["wrong"] * 6)["suspect_gold"]
+        assert not consensus(pool, ["12", "13", "13", "13", "13", "13"], ["correct"] + ["wrong"] * 5)["suspect_gold"]
+        assert consensus(pool, ["11", "13", "13", "13", "13", "13"], ["wrong"] * 6)["suspect_gold"]
 
 
 def test_recall_on_a_runs_own_samples(real_data, tmp_path):

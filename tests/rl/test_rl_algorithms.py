@@ -140,3 +140,15 @@ def test_presets_update_several_times_per_rollout_batch_as_published():
     assert (PRESETS["dapo"].mini_batches, PRESETS["dr_grpo"].mini_batches) == (16, 8)
     assert (PRESETS["grpo"].mini_batches, PRESETS["rloo"].mini_batches) == (1, 1)
     assert PRESETS["dapo"].wrong_reward == -1.0 and PRESETS["grpo"].wrong_reward == 0.0
+
+
+def test_log_probs_are_chunked_only_where_the_memory_budget_needs_it():
+    from rl_stage.policy import LOGPROB_BUDGET, chunk_for
+
+    assert LOGPROB_BUDGET == 1 << 30
+    # SmolLM2's 49,152 tokens: 3 fp32 copies are 589,824 bytes a token, so 1,820 tokens fit 1 GiB
+    assert chunk_for(1820, 49_152, None) == 0 and chunk_for(1821, 49_152, None) == 1820
+    # Qwen2.5's 151,936: 1,823,232 bytes a token, 588 fit
+    assert chunk_for(4096, 151_936, None) == 588 and chunk_for(500, 151_936, None) == 0
+    assert chunk_for(10**6, 10**9, None) == 128  # never below 128 tokens
+    assert chunk_for(4096, 151_936, 1024) == 1024 and chunk_for(4096, 151_936, 0) == 0  # a chunk given is used as is
