@@ -140,3 +140,23 @@ def test_a_run_killed_before_its_first_checkpoint_resumes_from_step_0_with_clean
     Trainer(cfg, resume=True).run(progress=False)
     steps = [json.loads(x)["step"] for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert steps == [1, 2]  # step 1 once, not twice
+
+
+@pytest.fixture()
+def small_disk(tmp_path):
+    """A 600 KB tmpfs (root only; skipped where mounting is not allowed)."""
+    where = tmp_path / "disk"
+    where.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=600k", "none", str(where)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here")
+    yield where
+    subprocess.run(["umount", str(where)], capture_output=True)
+
+
+def test_a_full_disk_and_a_read_only_folder_are_one_line_and_leave_nothing_half_written(tmp_path, small_disk, capsys):
+    assert main(["ingest", "synthetic:n=400000", "--out", str(small_disk / "o")]) == 2
+    assert "No space left on device" in capsys.readouterr().err
+    assert not (small_disk / "o" / "manifest.json").exists() and not list((small_disk / "o").rglob("*.parquet*"))
+    subprocess.run(["mount", "-o", "remount,ro", str(small_disk)], check=True)
+    assert main(["ingest", "synthetic:n=20", "--out", str(small_disk / "p")]) == 2
+    assert "Read-only file system" in capsys.readouterr().err
