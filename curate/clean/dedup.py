@@ -271,7 +271,7 @@ def loose_pairs(agree: np.ndarray, strict: np.ndarray, same_year: np.ndarray, fi
     first row's), whose golds ``columns(rows, ["gold"], arrow=True)`` reads (``Work.columns``), each distinct row's
     once. ``among``: the pairs worth asking (others may come out False). ``bound``: the rows' number, when known
     (``unique_inverse`` then marks them rather than sorting them: at 10M rows without copies, 4M first rows sorted
-    took 120 MB of scratch, the stage's peak). The one rule of both the stage (``curate.pipeline.dedup_stage``) and
+    took 120 MB of scratch, the stage's peak). The one rule of both the stage (``curate.clean.dedup_stage``) and
     the disk engine's judge (``Work.decides``)."""
     telling = np.zeros(len(agree), bool)
     ask = ~strict & ~same_year & (agree >= cfg.telling_threshold)

@@ -1,22 +1,23 @@
 """Dedup at scale: exact groups first, then signatures and LSH band keys per shard on disk, candidate pairs from
 band files cut into key ranges.
 
-The in-memory engine (``curate.pipeline.dedup_stage`` with ``engine="memory"``) holds a MinHash signature and a
+The in-memory engine (``curate.clean.dedup_stage`` with ``engine="memory"``) holds a MinHash signature and a
 dozen values per row: 1.6 GB at a million rows, sixteen at ten million. This engine holds one input shard's worth
 at a time, one byte a row, and the texts that have a duplicate. It decides every row exactly as the in-memory
 engine does: the same pairs, judged by the same ``judge_near`` and clustered by the same ``clusters``. Its steps
 follow the design of datatrove's MinHash pipeline (signatures, buckets, cluster, filter), with exact duplicates
-taken out first, as datatrove's users run its exact stage before MinHash:
+taken out first, as datatrove's users run its exact stage before MinHash. The steps, numbered in the order they
+run (the same numbers in ``build``, the flow's tasks and docs/dedup-decontam.md):
 
-1a. **Per shard, in worker processes** (``shard_ids``): ``exact_NNNNN.bin``, the rows' content id hashes with
+1. **Content ids per shard, in worker processes** (``shard_ids``): ``exact_NNNNN.bin``, the rows' content id hashes with
     their gold, year, source rank and a hash of their text, sorted by content id. Cheap: no canonical form.
-2. **Content ids** (``prepare``, ``Work.exact_groups``). The rows of one content id that carry one gold string,
+2. **Exact groups** (``prepare``, ``Work.exact_groups``). The rows of one content id that carry one gold string,
    one year and one text are one node from here on: the group's first row stands for it (``stands_in`` marks the
    others; ``stand_NNNNN.npy`` per shard). Every pair another row of the group would make is the pair the first
    row makes, judged alike. The rows of the other groups (golds that differ, or the same content id spelled with
    other spaces, which can tokenize differently) are paired each with the first row of its id, as in memory.
-1b. **Per shard, in worker processes** (``shard_work``), for the rows no other row stands for only (on inputs
-    made of copies, most rows need no signature):
+3. **Signatures and band keys per shard, in worker processes** (``shard_work``), for the rows no other row
+    stands for only (on inputs made of copies, most rows need no signature):
    - ``feat_NNNNN.arrow``: the features later steps read (content id, gold, source, year for every row;
      numbers, drawing and statement key for those rows);
    - ``rec_NNNNN.npy``: their judge records (``record_dtype``): the signature, ``num_perm`` uint32, with the
@@ -30,7 +31,7 @@ taken out first, as datatrove's users run its exact stage before MinHash:
 
    Each file is written to a temporary name and renamed, and ``ids_NNNNN.json`` / ``done_NNNNN.json`` last, so a
    killed run restarts from the shards already done.
-3. **Per band and key range** (``band_pairs``, one band per worker process). The slices of that key range are read
+4. **Pairs per band and key range** (``band_pairs``, one band per worker process). The slices of that key range are read
    from every shard's band file, and each entry whose key an earlier entry holds is paired with the first row of its
    key (the in-memory rule): ``_key_pairs``, a hash table per bucket of the keys (``kernels.pair_loop``), or a sort
    of them (``_by_key``) where numba is missing. The entries carry what rejects most collisions without a
@@ -38,7 +39,7 @@ taken out first, as datatrove's users run its exact stage before MinHash:
    reject goes on to the judge, which reads the whole hash). The key ranges split each band so that one range holds
    at most ``PART_ENTRIES`` entries, whatever the number of rows. A band's pairs go to its file
    (``pairs_NNN.bin``, in row order) with where each of ``PAIR_RANGES`` ranges of rows starts in it.
-4. **Judging** (``_pair_job``: ``judge``, in the worker processes, once every band is done). A job takes a run of
+5. **Judging** (``_pair_job``: ``judge``, in the worker processes, once every band is done). A job takes a run of
    consecutive row ranges from every band's file, so every copy of a pair lands in one job: each distinct pair is
    judged once, at the first band that brings it (its verdict is its own whatever band brings it), and no set of the
    pairs judged is kept anywhere. Pairs are judged on their whole signatures and features (the judge records), the
@@ -197,7 +198,7 @@ class ShardJob:
 
 
 def shard_ids(job: ShardJob) -> int:
-    """Step 1a for one input shard: its rows' content ids, golds, years, source ranks and a hash of their text,
+    """Step 1 for one input shard: its rows' content ids, golds, years, source ranks and a hash of their text,
     sorted by content id (``exact_NNNNN``); returns its rows. Cheap: no canonical form, no signature. Skips a shard
     whose files are there."""
     work, i = Path(job.work), job.index
@@ -227,7 +228,7 @@ def shard_ids(job: ShardJob) -> int:
 
 
 def shard_work(job: ShardJob) -> tuple[int, int]:
-    """Step 1b for one input shard (see the module), for the rows no other row stands for (``stand_NNNNN.npy``, from
+    """Step 3 for one input shard (see the module), for the rows no other row stands for (``stand_NNNNN.npy``, from
     ``prepare``); returns its rows and its band entries. Skips a shard whose files are all there."""
     work, i, cfg = Path(job.work), job.index, job.cfg
     done = work / f"done_{i:05d}.json"
@@ -798,7 +799,7 @@ class Work:
 
     def decides(self, u: np.ndarray, agree: np.ndarray, strict: np.ndarray, near: np.ndarray,
                 sides: dict[str, tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
-        """Which near pairs can decide a row, by the caller's rules (``curate.pipeline.dedup_stage``): a strict
+        """Which near pairs can decide a row, by the caller's rules (``curate.clean.dedup_stage``): a strict
         pair, a loose pair that ``loose_ok`` admits (either may merge, or show a conflict when math-verify finds
         their golds different), or a pair of one statement (``stmt``) with gold strings that differ (a conflict
         when math-verify finds them different). Any other near pair links nothing: it neither merges nor
@@ -841,7 +842,7 @@ def _cat(xs: list[np.ndarray]) -> np.ndarray:
 
 
 def jobs(shards: list[Path], work: Path, cfg: DedupConfig, prio: dict[str, int]) -> list[ShardJob]:
-    """Step 1's job for each input shard (its global row offset from the shards' metadata)."""
+    """The job of steps 1 and 3 for each input shard (its global row offset from the shards' metadata)."""
     rows = [pq.ParquetFile(p).metadata.num_rows for p in shards]
     offsets = np.r_[0, np.cumsum(rows)].astype(int).tolist()
     return [ShardJob(i, str(p), offsets[i], str(work), cfg, tuple(prio.items())) for i, p in enumerate(shards)]
@@ -870,8 +871,8 @@ def claim_work(work: Path) -> None:
 
 
 def prepare(todo: list[ShardJob], work: Path, cfg: DedupConfig) -> Work:
-    """Step 2 once step 1a is done for every shard: the exact groups (``Work.exact_groups``), and for each shard the
-    rows a group's first row stands for (``stand_NNNNN.npy``), which step 1b skips."""
+    """Step 2 once step 1 is done for every shard: the exact groups (``Work.exact_groups``), and for each shard the
+    rows a group's first row stands for (``stand_NNNNN.npy``), which step 3 skips."""
     rows = [int(json.loads((work / f"ids_{j.index:05d}.json").read_text())["rows"]) for j in todo]
     w = Work(work, cfg, rows)
     w.exact = w.exact_groups()
@@ -897,7 +898,7 @@ def _warm_up() -> bool:
 
 
 def _first_step(todo: list[ShardJob], pool=None) -> list[int]:
-    """Step 1a over ``todo`` (``shard_ids``), each shard's rows in order. While the pool's first process is not ready
+    """Step 1 over ``todo`` (``shard_ids``), each shard's rows in order. While the pool's first process is not ready
     (a fork server loading numba, about 1 s), this process takes shards itself (with the numpy twins of the
     compiled loops: the same ids, 0.12-0.15 s per 100k rows); the pool takes the rest."""
     from curate.core.parallel import ordered_map
@@ -916,7 +917,7 @@ def _first_step(todo: list[ShardJob], pool=None) -> list[int]:
 
 
 def build(shards: list[Path], work: Path, cfg: DedupConfig, prio: dict[str, int], pool=None) -> Work:
-    """Steps 1a, 2 and 1b over every input shard (1a and 1b in ``pool``'s processes, from ``worker_pool``, when
+    """Steps 1, 2 and 3 over every input shard (1 and 3 in ``pool``'s processes, from ``worker_pool``, when
     given; shards whose files are there already, from a killed run or from a scheduler's tasks, are not computed
     again)."""
     from curate.core.parallel import ordered_map
