@@ -42,8 +42,8 @@ def data_root() -> Path:
 
 def load_rows(root: Path | None = None) -> list[dict]:
     """The labelled rows, each with its record (as ``gradus ingest`` makes it) under ``record``."""
-    from curate.sources.ingest import to_records
     from curate.sources.adapters import apply_adapter, detect_adapter, row_id_prefix
+    from curate.sources.ingest import to_records
     from curate.sources.readers import read_source
 
     root = root or data_root()

@@ -276,6 +276,42 @@ def report(d: Path) -> dict:
     return out
 
 
+def markdown(figs: dict) -> str:
+    """The report's tables as docs/benchmarks.md shows them."""
+    out = []
+    for family, fig in figs.items():
+        data = fig["data"]
+        out.append(f"**{family}** ({data['train_rows']} training problems scored at k = 8: mean pass rate "
+                   f"{data['scored_mean_pass_rate']}, by level {data['scored_mean_by_level']}; "
+                   f"{data['never_solved_rows']} never and {data['always_solved_rows']} always solved; the offline "
+                   f"estimate cost {data['offline_estimate_completions']:,} completions; {data['heldout_rows']} held out)\n")
+        out.append("| arm | seeds | completions per trained group (vs uniform) | held-out mean@2 | greedy | mean@2 vs "
+                   "uniform, all levels | greedy vs uniform | completions to reach uniform's final mean@2 |")
+        out.append("|---|---:|---:|---:|---:|---|---|---:|")
+        for arm in ARMS:
+            r = fig["arms"].get(arm)
+            if not r:
+                continue
+            vs = fig["vs_uniform"].get(arm, {})
+            m = vs.get("mean@2", {}).get("all", "").split(" over")[0] or "-"
+            g = vs.get("greedy", {}).get("all", "").split(" over")[0] or "-"
+            reach = r.get("completions_to_uniform_final")
+            out.append(f"| {arm} | {len(r['runs'])} | {r['completions_per_group']} ({r.get('completions_per_group_vs_uniform')}x) "
+                       f"| {r['final_mean@2']:.3f} | {r['final_greedy']:.3f} | {m} | {g} | "
+                       f"{'not reached' if reach is None else f'{reach:,}'} |")
+        levels = [lv for lv in LEVELS if any(lv in v.get("mean@2", {}) for v in fig["vs_uniform"].values())]
+        if levels:
+            out.append("\nmean@2 against uniform by level (paired over prompts, seeds averaged first); per seed:\n")
+            out.append("| arm | " + " | ".join(f"level {lv}" for lv in levels) + " | per seed |")
+            out.append("|---|" + "---|" * len(levels) + "---|")
+            for arm, vs in fig["vs_uniform"].items():
+                cells = [vs["mean@2"].get(lv, "-").split(" over")[0] for lv in levels]
+                seeds = ", ".join(f"{v:+.3f}" for v in vs.get("by_seed", {}).get("mean@2", {}).values())
+                out.append(f"| {arm} | " + " | ".join(cells) + f" | {seeds} |")
+        out.append("")
+    return "\n".join(out)
+
+
 def _reach(points: list[tuple[int, int, float]], target: float) -> int | None:
     """Completions at which the seed-averaged mean@2 curve first reaches ``target`` (linear between points)."""
     by_c: dict = defaultdict(list)
@@ -312,6 +348,7 @@ def main() -> None:
     ap.add_argument("--report", nargs="*", help="family folders to report on")
     ap.add_argument("--keep", help="copy each run's metrics.jsonl and eval.jsonl here (per family)")
     ap.add_argument("--json")
+    ap.add_argument("--markdown", action="store_true", help="with --report: the tables of docs/benchmarks.md")
     a = ap.parse_args()
     if a.one:
         arm, seed = a.one.split(":")
@@ -330,7 +367,7 @@ def main() -> None:
                         for name in ("metrics.jsonl", "eval.jsonl"):
                             shutil.copy(run / name, dest / run.name / name)
         setting = {**SETTING, "budget": a.budget, "evals": a.evals, "estimate_k": a.k}
-        print(json.dumps({"setting": setting, **figs}, indent=2))
+        print(markdown(figs) if a.markdown else json.dumps({"setting": setting, **figs}, indent=2))
         if a.json:
             Path(a.json).write_text(json.dumps({"setting": setting, **figs}, indent=2) + "\n")
         return
