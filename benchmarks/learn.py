@@ -296,7 +296,8 @@ def markdown(figs: dict) -> str:
             m = vs.get("mean@2", {}).get("all", "").split(" over")[0] or "-"
             g = vs.get("greedy", {}).get("all", "").split(" over")[0] or "-"
             reach = r.get("completions_to_uniform_final")
-            out.append(f"| {arm} | {len(r['runs'])} | {r['completions_per_group']} ({r.get('completions_per_group_vs_uniform')}x) "
+            ratio = r.get("completions_per_group_vs_uniform")
+            out.append(f"| {arm} | {len(r['runs'])} | {r['completions_per_group']} ({ratio}x) "
                        f"| {r['final_mean@2']:.3f} | {r['final_greedy']:.3f} | {m} | {g} | "
                        f"{'not reached' if reach is None else f'{reach:,}'} |")
         levels = [lv for lv in LEVELS if any(lv in v.get("mean@2", {}) for v in fig["vs_uniform"].values())]
