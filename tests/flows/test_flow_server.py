@@ -177,14 +177,15 @@ def test_a_run_killed_mid_flow_is_marked_crashed_by_the_next_run(prefect_harness
 
 @pytest.mark.engine
 def test_an_export_of_zero_rows_fails_the_run_after_the_card_of_what_ran(prefect_harness, tmp_path):
-    """The real SmolLM2 with one token per answer solves nothing, so every scored row is a never-solved end and the
-    export (ends left out) would be empty: the run ends Failed with a hint naming the config keys, and the summary
+    """The real SmolLM2 with one token per answer solves nothing, so every scored row is a never-solved end and an
+    export told to leave the ends out would be empty: the run ends Failed with a hint naming the config keys, and the summary
     and the card of the stages that ran are written, without the export's older output."""
     from flows.cli import main
 
     path = _config(tmp_path, [{"spec": "synthetic:n=30,seed=4,mix=ladder", "name": "synthetic"}],
                    difficulty={"backend": "hf", "template": "fewshot", "limit": 4, "store": None,
-                               "sampling": {"k": 1, "temperature": 1.0, "max_tokens": 1}}, export={})
+                               "sampling": {"k": 1, "temperature": 1.0, "max_tokens": 1}},
+                   export={"include_ends": False})
     out = tmp_path / "out"
     with pytest.raises(SystemExit) as e:
         main(["flow", "run", str(path), "--out", str(out), "--no-progress"])
