@@ -336,7 +336,8 @@ def main() -> None:
     ap.add_argument("--arms", default=",".join(ARMS))
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--jobs", type=int, default=1, help="runs at once (each gets cores / jobs threads)")
-    ap.add_argument("--budget", type=int, default=768, help="completions each run generates (dropped groups counted)")
+    # 384: 4 arms x 3 seeds of one family in about an hour on 2 cores (two runs at a time, about 10 minutes each)
+    ap.add_argument("--budget", type=int, default=384, help="completions each run generates (dropped groups counted)")
     ap.add_argument("--evals", type=int, default=2, help="held-out evaluations along the budget (at budget / evals, ...)")
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--k", type=int, default=8, help="samples per training problem for the offline estimate")
@@ -376,6 +377,9 @@ def main() -> None:
         ap.error("--family and --data (or --report)")
     d = Path(a.data)
     d.mkdir(parents=True, exist_ok=True)
+    if not (d / "sets.json").exists() and not a.prepare_only:
+        # prepared in a child process: the estimator's engine (about 3 GB) is not kept beside the runs
+        subprocess.run([sys.executable, "-P", __file__, *sys.argv[1:], "--prepare-only"], check=True)
     if not (d / "sets.json").exists():
         for sub in ("src", "rg", "held_in", "train_in", "scored", "kimi"):
             shutil.rmtree(d / sub, ignore_errors=True)  # a preparation cut short starts over
