@@ -314,18 +314,23 @@ def markdown(figs: dict) -> str:
 
 
 def _reach(points: list[tuple[int, int, float]], target: float) -> int | None:
-    """Completions at which the seed-averaged mean@2 curve first reaches ``target`` (linear between points)."""
-    by_c: dict = defaultdict(list)
-    for c, _, v in points:
-        by_c[c].append(v)
-    xs = sorted(by_c)
-    ys = [statistics.mean(by_c[c]) for c in xs]
+    """Completions at which the seed-averaged mean@2 curve first reaches ``target`` (linear between points).
+
+    The seeds' evaluations fall at slightly different completions (each after the step that crosses a point of the
+    budget), so the curve averages the i-th evaluation of every seed: its completions and its mean@2."""
+    by_seed: dict = defaultdict(list)
+    for c, s, v in points:
+        by_seed[s].append((c, v))
+    runs = [sorted(v) for v in by_seed.values()]
+    n = min(len(r) for r in runs)
+    xs = [statistics.mean(r[i][0] for r in runs) for i in range(n)]
+    ys = [statistics.mean(r[i][1] for r in runs) for i in range(n)]
     for i, (x, y) in enumerate(zip(xs, ys, strict=True)):
         if y >= target - 1e-12:
             if i == 0:
-                return x
+                return round(x)
             x0, y0 = xs[i - 1], ys[i - 1]
-            return round(x0 + (target - y0) / (y - y0) * (x - x0)) if y != y0 else x
+            return round(x0 + (target - y0) / (y - y0) * (x - x0)) if y != y0 else round(x)
     return None
 
 
