@@ -25,11 +25,13 @@ transformers ``generate`` (``--backend hf``).
 from __future__ import annotations
 
 import argparse
+import atexit
 import dataclasses
 import json
 import math
 import os
 import random
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -91,6 +93,7 @@ def main() -> None:
         except ImportError:
             backend = "hf"
     tmp = Path(tempfile.mkdtemp(prefix="gradus-adaptive-gpu-"))
+    atexit.register(shutil.rmtree, tmp, True)  # scratch: the figures are printed, not kept here
     src = sample_math(Path(a.data), a.problems, a.seed, tmp / "math.jsonl")
     ingest(str(src), tmp / "in")
     filter_stage([tmp / "in"], tmp / "flt", FilterConfig(gold_cache=""))

@@ -13,8 +13,10 @@
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -39,6 +41,7 @@ def main() -> None:
     from curate.pipeline import ingest
 
     tmp = Path(tempfile.mkdtemp(prefix="gradus-bench-"))
+    atexit.register(shutil.rmtree, tmp, True)  # scratch: the figures are printed, not kept here
     ingest(f"synthetic:n={a.problems},seed=7,difficulty=1-3,extras=0", tmp / "in")
     path, name = resolve_model(a.model)
     cfg = SamplingConfig(k=a.k, temperature=a.temperature, max_tokens=a.max_tokens, seed=0)

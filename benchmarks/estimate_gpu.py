@@ -14,7 +14,9 @@ what tokens/s depends on: the shapes.
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -68,6 +70,7 @@ def main() -> None:
     from curate.pipeline import ingest
 
     tmp = Path(tempfile.mkdtemp(prefix="gradus-gpu-"))
+    atexit.register(shutil.rmtree, tmp, True)  # scratch: the figures are printed, not kept here
     path, name = resolve_model(a.model)
     if a.random_init:
         path = name = random_model(a.random_init, path, tmp / "model")

@@ -157,23 +157,24 @@ def main() -> None:
     a = ap.parse_args()
     if a.only:
         data = Path(a.data)
-        out = Path(tempfile.mkdtemp(prefix="gradus-train-bench-"))
-        res = (run_trl(a, data, out) if a.only == "trl"
-               else run_ours(a, data, out / "run", a.only.split("-")[1], real=a.only.endswith("-real")))
+        with tempfile.TemporaryDirectory(prefix="gradus-train-bench-") as t:  # checkpoints of ~1.6 GB each
+            out = Path(t)
+            res = (run_trl(a, data, out) if a.only == "trl"
+                   else run_ours(a, data, out / "run", a.only.split("-")[1], real=a.only.endswith("-real")))
         print("RESULT " + json.dumps(res), flush=True)
         return
-    tmp = Path(tempfile.mkdtemp(prefix="gradus-train-bench-"))
-    data = make_data(tmp)
     results = []
-    for which in ("trl", "ours-hf", "ours-vllm", "ours-vllm-real"):
-        cmd = [sys.executable, __file__, "--only", which, "--data", str(data), "--steps", str(a.steps), "--prompts",
-               str(a.prompts), "--group", str(a.group), "--max-tokens", str(a.max_tokens)]
-        p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
-        line = [x for x in p.stdout.splitlines() if x.startswith("RESULT ")]
-        if not line:
-            print(p.stdout[-3000:], p.stderr[-3000:], file=sys.stderr)
-            raise SystemExit(f"{which} failed")
-        results.append(json.loads(line[-1][7:]))
+    with tempfile.TemporaryDirectory(prefix="gradus-train-bench-") as t:
+        data = make_data(Path(t))
+        for which in ("trl", "ours-hf", "ours-vllm", "ours-vllm-real"):
+            cmd = [sys.executable, __file__, "--only", which, "--data", str(data), "--steps", str(a.steps),
+                   "--prompts", str(a.prompts), "--group", str(a.group), "--max-tokens", str(a.max_tokens)]
+            p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+            line = [x for x in p.stdout.splitlines() if x.startswith("RESULT ")]
+            if not line:
+                print(p.stdout[-3000:], p.stderr[-3000:], file=sys.stderr)
+                raise SystemExit(f"{which} failed")
+            results.append(json.loads(line[-1][7:]))
     identical = [r for r in results if "dynamic sampling" not in r["trainer"]]
     if any(r["updates_per_batch"] != [1] for r in identical):  # the comparison holds only on identical work
         raise SystemExit(f"not identical work: updates per rollout batch {[r['updates_per_batch'] for r in identical]}")

@@ -12,7 +12,9 @@ training and the weight push (medians over the steps after the first).
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
+import shutil
 import statistics
 import tempfile
 from pathlib import Path
@@ -38,6 +40,7 @@ def main() -> None:
     from rl_stage.trainer import TrainConfig, Trainer
 
     tmp = Path(tempfile.mkdtemp(prefix="gradus-train-gpu-"))
+    atexit.register(shutil.rmtree, tmp, True)  # scratch: the figures are printed, not kept here
     model = a.model
     if a.random_init:
         model = random_model(a.random_init, resolve_model(a.model)[0], tmp / "model")

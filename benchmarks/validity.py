@@ -19,8 +19,10 @@ Prints, with the engine and settings of ``--template`` etc.:
 from __future__ import annotations
 
 import argparse
+import atexit
 import dataclasses
 import json
+import shutil
 import tempfile
 import time
 from math import comb
@@ -47,6 +49,7 @@ def main() -> None:
     from data_cards.card import spearman
 
     tmp = Path(tempfile.mkdtemp(prefix="gradus-validity-"))
+    atexit.register(shutil.rmtree, tmp, True)  # scratch: the figures are printed, not kept here
     if a.input:
         src = Path(a.input)
     else:

@@ -12,7 +12,9 @@ run from "solved most of the time" (level 1) to "almost never" (level 5) for the
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
+import shutil
 import tempfile
 from collections import defaultdict
 from pathlib import Path
@@ -43,6 +45,7 @@ def main() -> None:
             per[r["level"]] += 1
             picked.append(r)
     tmp = Path(tempfile.mkdtemp(prefix="gradus-ladder-"))
+    atexit.register(shutil.rmtree, tmp, True)  # scratch: the figures are printed, not kept here
     src = tmp / "ladder.jsonl"
     src.write_text("".join(json.dumps(r) + "\n" for r in picked))
     ingest(str(src), tmp / "in", adapter="generic")

@@ -49,7 +49,8 @@ def runs(tmp_path_factory):
     export([write_easy_sums(d / "scored")], d / "export", ExportConfig())
     base = dict(data=[str(d / "export")], eval_data=[str(d / "export")], eval_prompts=4, eval_k=2, rollout_backend="hf",
                 template="fewshot", preset="dapo", dynamic_sampling=False, mini_batches=2, prompts_per_step=4, group_size=4,
-                max_tokens=32, steps=2, save_every=1, lr=1e-5, micro_batch_size=3, seed=1, rollout_batch_prompts=1)
+                max_tokens=32, steps=2, save_every=1, keep_checkpoints=1, lr=1e-5, micro_batch_size=3, seed=1,
+                rollout_batch_prompts=1)
     for name in ("one", "two", "half"):
         (d / f"{name}.json").write_text(json.dumps({**base, "out": str(d / name), **({"steps": 1} if name == "half" else {})}))
     _train(d / "one.json")

@@ -59,7 +59,7 @@ def _cfg(export_dir, out, **kw):
 
     base = dict(data=[str(export_dir)], out=str(out), rollout_backend="hf", preset="dr_grpo", overlong_shaping=True,
                 overlong_buffer=24, prompts_per_step=2, group_size=8, max_tokens=32, steps=4, save_every=2, lr=1e-5,
-                micro_batch_size=8, seed=3)
+                keep_checkpoints=1, micro_batch_size=8, seed=3)
     base.update(kw)
     return TrainConfig(**base)
 
