@@ -95,16 +95,18 @@ def main() -> None:
                       max_tokens=a.max_tokens, steps=a.steps, save_every=10**6, micro_batch_size=a.micro_batch, lr=1e-6,
                       bf16=cuda, gradient_checkpointing=cuda, mini_batches=2)
 
-    class Check(Trainer):
-        def _rewards(self, groups):
-            rewards, correct = super()._rewards(groups)  # real grading, timed as part of reward_s
-            if a.no_random_rewards:
-                return rewards, correct
-            rng = np.random.default_rng(1000 * self.step + len(groups))
-            return [rng.choice([-1.0, 1.0], size=len(r)).tolist() for r in rewards], correct
-
-    tr = Check(cfg)
+    tr = Trainer(cfg)
     tr.setup()
+    graded = tr.rollouts.rewards
+
+    def rewards(groups):
+        rewards, correct = graded(groups)  # real grading, timed as part of reward_s
+        if a.no_random_rewards:
+            return rewards, correct
+        rng = np.random.default_rng(1000 * tr.step + len(groups))
+        return [rng.choice([-1.0, 1.0], size=len(r)).tolist() for r in rewards], correct
+
+    tr.rollouts.rewards = rewards  # type: ignore[method-assign]
     setup_s = time.perf_counter() - t0
     named = list(tr.model.named_parameters())
     before = {n: p.detach().clone() for n, p in named[:: max(1, len(named) // 8)]}  # every eighth tensor
@@ -118,7 +120,7 @@ def main() -> None:
         print(json.dumps({k: m.get(k) for k in ("step", "loss", "grad_norm", "time/generate_s", "time/reward_s",
                                                 "time/train_s", "time/push_s", "time/step_s", "memory/max_allocated_gb")}),
               flush=True)
-    tr.grader.close()
+    tr.rollouts.close()
     moved = sum(int((p.detach() != before[n]).sum()) for n, p in tr.model.named_parameters() if n in before)
     total = sum(v.numel() for v in before.values())
     later = ms[1:] or ms

@@ -37,7 +37,7 @@ def save(t) -> Path:
     if t.main:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
-    t._barrier()
+    t.pg.barrier()
     rng = {"torch_rng": torch.get_rng_state(),
            "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
     if t.world > 1:
@@ -62,7 +62,7 @@ def save(t) -> Path:
                  "bad_in_row": t.bad_in_row, "completions": t.completions,
                  "online": t.online, **({"optimizer": t.opt.state_dict(), **rng} if t.world == 1 else {})}
         torch.save(state, tmp / "trainer_state.pt")
-    t._barrier()
+    t.pg.barrier()
     if t.main:
         shutil.rmtree(final, ignore_errors=True)
         os.replace(tmp, final)
@@ -72,7 +72,7 @@ def save(t) -> Path:
         from rl_stage.online import plot_run
 
         plot_run(t.out)
-    t._barrier()
+    t.pg.barrier()
     return final
 
 
@@ -112,6 +112,6 @@ def load(t, ckpt: Path) -> None:
         if t.main and mpath.exists():
             lines = [ln for ln in mpath.read_text().splitlines() if ln and json.loads(ln).get("step", 0) <= t.step]
             write_text_atomic(mpath, "".join(ln + "\n" for ln in lines))
-    t._barrier()
-    t._push()
+    t.pg.barrier()
+    t.rollouts.push()
     log.info("resumed from %s (step %d)", ckpt, t.step)

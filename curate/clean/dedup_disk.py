@@ -297,10 +297,10 @@ class _RecordFile:
 
     def __init__(self, path: Path, rows: int, dtype: np.dtype):
         self.path, self.rows, self.dtype, self.done = path, rows, dtype, 0
-        self.tmp = path.with_name(path.name + ".tmp")
+        self._atomic = atomic_path(path, sync=False)
 
     def __enter__(self) -> _RecordFile:
-        self.f = open(self.tmp, "wb")
+        self.f = open(self._atomic.__enter__(), "wb")
         np.lib.format.write_array_header_1_0(
             self.f, {"descr": np.lib.format.dtype_to_descr(self.dtype), "fortran_order": False, "shape": (self.rows,)})
         return self
@@ -314,12 +314,13 @@ class _RecordFile:
         _write(self.f, rec)
         self.done += len(sig)
 
-    def __exit__(self, kind, *_) -> None:
+    def __exit__(self, kind, value, tb) -> None:
         self.f.close()
-        if kind is None:
-            if self.done != self.rows:
-                raise RuntimeError(f"dedup: {self.done} records for {self.rows} rows ({self.path.name})")
-            os.replace(self.tmp, self.path)
+        if kind is None and self.done != self.rows:
+            err = RuntimeError(f"dedup: {self.done} records for {self.rows} rows ({self.path.name})")
+            self._atomic.__exit__(RuntimeError, err, None)  # the temporary file removed
+            raise err
+        self._atomic.__exit__(kind, value, tb)  # renamed when whole, removed on an error
 
 
 def _num_word(numh: np.ndarray, cnt: np.ndarray) -> np.ndarray:
@@ -374,19 +375,18 @@ def _save_bands(work: Path, name: str, words: np.ndarray, cfg: DedupConfig, rows
     kernel = kernel_of("band_loop") if len(rn) else None
     if kernel is not None:  # its columns and scratch, reused band after band
         out, pos = np.empty((3, len(rn)), np.uint64), np.empty(RANGES, np.int64)
-    tmp = work / f"{name}.bin.tmp"
-    with open(tmp, "wb") as f:
-        for b in range(cfg.bands):
-            if kernel is not None:  # mixed, ordered and gathered in one loop (the same bytes)
-                kernel(words[b, 0], words[b, 1], rn, np.uint64(64 - RANGE_BITS), out, cuts[b], pos)
-                _write(f, out)
-                continue
-            hi, lo = _mix(words[b, 0]), words[b, 1]
-            order, cuts[b] = _range_order(hi)
-            for col in (hi[order], lo[order], rn[order]):
-                _write(f, col)
-    _save(work / f"{name}.cuts.npy", cuts)
-    os.replace(tmp, work / f"{name}.bin")
+    with atomic_path(work / f"{name}.bin", sync=False) as tmp:  # the .bin last: it marks the pair whole
+        with open(tmp, "wb") as f:
+            for b in range(cfg.bands):
+                if kernel is not None:  # mixed, ordered and gathered in one loop (the same bytes)
+                    kernel(words[b, 0], words[b, 1], rn, np.uint64(64 - RANGE_BITS), out, cuts[b], pos)
+                    _write(f, out)
+                    continue
+                hi, lo = _mix(words[b, 0]), words[b, 1]
+                order, cuts[b] = _range_order(hi)
+                for col in (hi[order], lo[order], rn[order]):
+                    _write(f, col)
+        _save(work / f"{name}.cuts.npy", cuts)
 
 
 def _save_sorted(work: Path, name: str, arr: np.ndarray, keys: np.ndarray) -> None:
@@ -395,10 +395,8 @@ def _save_sorted(work: Path, name: str, arr: np.ndarray, keys: np.ndarray) -> No
     starts (``name.cuts.npy``)."""
     cuts = np.stack([_ranges(np.ascontiguousarray(k), RANGES) for k in keys])
     _save(work / f"{name}.cuts.npy", cuts)
-    tmp = work / f"{name}.bin.tmp"
-    with open(tmp, "wb") as f:
+    with atomic_path(work / f"{name}.bin", sync=False) as tmp, open(tmp, "wb") as f:
         _write(f, arr)
-    os.replace(tmp, work / f"{name}.bin")
 
 
 def _ranges(keys: np.ndarray, parts: int) -> np.ndarray:

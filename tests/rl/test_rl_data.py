@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import types
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -181,7 +183,7 @@ def _fake_rounds(tmp_path, patterns, **kw):
                   for i, (p, c) in enumerate(zip(prompts, pat, strict=True))]
         return groups, 0, 0.0, 0.0
 
-    t._round = fake_round  # type: ignore[method-assign]
+    t.rollouts = types.SimpleNamespace(round=fake_round)  # type: ignore[assignment]
     t.sched = type("S", (), {"get_last_lr": lambda self: [1e-6], "step": lambda self: None})()
     t.needs = needs
     return t, asked

@@ -1,0 +1,165 @@
+"""Rollouts: the engine that samples a step's completions (vLLM in process, or transformers ``generate`` on the
+trained model itself), the weights pushed to it after an update, and math-verify grading into shaped rewards.
+
+Every sample is seeded from (seed, step, prompt position, index), so runs repeat; with several ranks each rolls out
+its share of the global batch and every rank gets all groups back in global order.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from curate.difficulty import HFSampler, VLLMSampler
+from rl_stage.distributed import ProcessGroup
+
+
+@dataclass
+class Rollout:
+    """The groups a step trains on and what it took to collect them."""
+
+    kept: list = field(default_factory=list)  # (group, rewards, correct) with a learning signal
+    accuracy: list[float] = field(default_factory=list)  # every generated group's, dropped ones included
+    dropped: int = 0
+    gen_rounds: int = 0
+    groups_generated: int = 0
+    too_long: int = 0
+    gen_s: float = 0.0
+    reward_s: float = 0.0
+    target: int = 0  # groups a step trains on: prompts_per_step, or the whole stage when it is smaller
+    short: bool = False  # dynamic sampling ended below the target (max_gen_batches reached)
+    boxed: list[bool] = field(default_factory=list)  # every generated completion: has an explicit answer
+    completions: int = 0  # every generated completion, dropped groups' too
+    by_bucket: dict = field(default_factory=dict)  # offline bucket -> [correct, completions] of every generated group
+
+
+def explicit(text: str) -> bool:
+    """An explicit final answer (a box or an answer tag), as the grader reads it."""
+    from curate.difficulty import EXPLICIT, extract_prediction
+
+    return extract_prediction(text)[1] in EXPLICIT
+
+
+class Rollouts:
+    """Generation and grading for a trainer: ``round`` rolls out and grades one global batch, ``push`` hands the
+    trained weights to the engine. Holds the engine and the grading worker pool (``close`` ends the pool)."""
+
+    def __init__(self, torch, cfg, alg: dict, pg: ProcessGroup, scfg, template: str, tokenizer, model, device: str,
+                 bf16: bool, path: str, model_name: str):
+        from curate.difficulty import GradingPool
+
+        self.torch, self.cfg, self.alg, self.pg, self.scfg = torch, cfg, alg, pg, scfg
+        self.template, self.tokenizer, self.model, self.device, self.bf16 = template, tokenizer, model, device, bf16
+        self.grader = GradingPool().start()
+        try:
+            self.engine = self._start_engine(path, model_name)
+        except BaseException:
+            self.grader.close()
+            raise
+
+    def close(self) -> None:
+        self.grader.close()
+
+    def _start_engine(self, path: str, model_name: str) -> VLLMSampler | HFSampler:
+        cfg = self.cfg
+        if cfg.rollout_backend == "vllm":
+            # processed log-probs: after temperature scaling, i.e. of the distribution that was sampled (vLLM's
+            # default returns the raw model's), so the rollout/trainer mismatch check compares like with like.
+            # Colocated: in this process on this rank's device, sharing it with the trainer (memory share, sleep).
+            sleep = cfg.vllm_sleep if cfg.vllm_sleep is not None else self.device == "cuda"
+            return VLLMSampler(path, self.scfg, model_name=model_name, dtype="bfloat16" if self.bf16 else None,
+                               logprobs_mode="processed_logprobs", colocate=True, sleep_mode=sleep,
+                               gpu_memory_utilization=cfg.vllm_gpu_memory_utilization)
+        # transformers: one process samples from the trained model itself; sharded ranks each from a whole copy (``push``)
+        return HFSampler(path, self.scfg, model_name=model_name, dtype="bfloat16" if self.bf16 else "float32",
+                         model=self.model if self.pg.world == 1 else None, tokenizer=self.tokenizer,
+                         batch_prompts=cfg.rollout_batch_prompts or cfg.prompts_per_step)
+
+    def full_weights(self, dtype):
+        """(name, tensor) of the whole model, one tensor at a time: gathered from the FSDP shards (every rank takes
+        part, in the same order) and cast to the engine's dtype, so at most one extra tensor is alive."""
+        from torch.distributed.tensor import DTensor
+
+        with self.torch.no_grad():
+            for k, v in self.model.state_dict().items():
+                t = v.full_tensor() if isinstance(v, DTensor) else v
+                yield k, t.detach().to(dtype)
+
+    def push(self) -> float:
+        if isinstance(self.engine, VLLMSampler):
+            return self.engine.push_weights(self.full_weights(self.engine.dtype))
+        if self.pg.world > 1:  # transformers rollouts from a whole copy
+            return self.engine.load_weights(self.full_weights(next(self.engine.model.parameters()).dtype))
+        return 0.0  # transformers rollouts sample from the trained model itself
+
+    def requests(self, prompts, tag: str, positions: list[int]):
+        from curate.difficulty import templates
+
+        reqs, ok = [], []
+        special = templates.adds_special_tokens(self.template)
+        for i, p in zip(positions, prompts, strict=True):
+            text = templates.render(self.template, p.problem, self.tokenizer)
+            ids = self.tokenizer(text, add_special_tokens=special)["input_ids"]
+            if len(ids) > self.cfg.max_prompt_tokens:
+                continue
+            # request ids are positional: two rows may share a problem id (the same text in two sources); the
+            # position is the prompt's place in the global batch, so its samples do not depend on the rank
+            reqs.append(self.gen_request(f"{i}:{p.id}", text, ids, f"{tag}/{i}/{p.id}"))
+            ok.append((i, p))
+        return reqs, ok
+
+    @staticmethod
+    def gen_request(pid, text, ids, key):
+        from curate.difficulty import GenRequest
+
+        return GenRequest(pid, text, ids, None, key)
+
+    def generate(self, prompts, tag: str, cfg=None, positions: list[int] | None = None):
+        """[(position, prompt, prompt ids, completions)] for the prompts that fit, and how many did not."""
+        positions = list(range(len(prompts))) if positions is None else positions
+        reqs, ok = self.requests(prompts, tag, positions)
+        self.model.eval()
+        # transformers rollouts sample from the trained model itself, under the same autocast as its training pass
+        with self.torch.autocast(self.device, dtype=self.torch.bfloat16,
+                                 enabled=self.bf16 and self.cfg.rollout_backend == "hf"):
+            res = dict(self.engine.stream(reqs, logprobs=self.cfg.rollout_backend == "vllm", cfg=cfg))
+        return [(i, p, r.prompt_ids, res[r.id]) for (i, p), r in zip(ok, reqs, strict=True)], len(prompts) - len(ok)
+
+    def round(self, prompts, tag: str, cfg=None):
+        """Generate and grade one global batch: each rank its share (positions rank, rank + world, ...), then
+        every rank gets all groups in global order: [(position, (prompt, prompt ids, completions), rewards,
+        correct)], the number of prompts too long, and this rank's generate and reward seconds."""
+        mine = list(range(self.pg.rank, len(prompts), self.pg.world))
+        tg = time.perf_counter()
+        groups, n_long = self.generate([prompts[i] for i in mine], tag, cfg=cfg, positions=mine)
+        gen_s = time.perf_counter() - tg
+        tr = time.perf_counter()
+        rewards, correct = self.rewards([g[1:] for g in groups])
+        reward_s = time.perf_counter() - tr
+        local = [(g[0], g[1:], r, c) for g, r, c in zip(groups, rewards, correct, strict=True)]
+        parts = self.pg.gather((local, n_long))
+        merged = sorted((x for part, _ in parts for x in part), key=lambda x: x[0])
+        return merged, sum(n for _, n in parts), gen_s, reward_s
+
+    def rewards(self, groups) -> tuple[list[list[float]], list[list[bool]]]:
+        """Shaped rewards and correctness per group. A completion cut off before any explicit answer is wrong
+        without grading (``cut_off_unanswered``); a grading timeout or crash is wrong too (not "skipped")."""
+        from curate.difficulty import EXPLICIT, extract_prediction
+        from rl_stage.algorithms import shaped_rewards
+
+        golds = [p.answer for p, _, comps in groups for _ in comps]
+        flat = self.grader.grade_completions(golds, [c.text for _, _, comps in groups for c in comps],
+                                             [c.truncated for _, _, comps in groups for c in comps])
+        correct, at = [], 0
+        for _, _, comps in groups:
+            correct.append([o == "correct" for o in flat[at : at + len(comps)]])
+            at += len(comps)
+        alg = self.alg
+        rewards = [
+            shaped_rewards(correct[gi], [c.n_tokens for c in comps], [c.truncated for c in comps],
+                           [bool(self.cfg.format_reward) and extract_prediction(c.text)[1] in EXPLICIT for c in comps],
+                           wrong_reward=alg["wrong_reward"], format_reward=self.cfg.format_reward,
+                           overlong=alg["overlong_shaping"], max_len=self.cfg.max_tokens, buffer=alg["overlong_buffer"])
+            for gi, (_, _, comps) in enumerate(groups)
+        ]
+        return rewards, correct
