@@ -13,7 +13,10 @@ from torch.utils.checkpoint import checkpoint
 
 def _head_logps(head, hidden, targets, temperature: float, want_entropy: bool):
     """Log-probs of ``targets`` [N] under softmax(head(hidden) / T) for hidden [N, H], and (no-grad) entropies."""
-    logp_all = torch.log_softmax(head(hidden).float() / temperature, -1)
+    logits = head(hidden).float()
+    if temperature != 1.0:  # x / 1.0 is x: a pass (and its backward) over [tokens x vocabulary] saved
+        logits = logits / temperature
+    logp_all = torch.log_softmax(logits, -1)
     picked = logp_all.gather(-1, targets[:, None]).squeeze(-1)
     if not want_entropy:
         return picked, None
