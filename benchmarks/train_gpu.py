@@ -2,8 +2,8 @@
 
 Runs as is on a machine with a GPU, `pip install vllm` and this project:
 
-    python benchmarks/train_gpu.py --model Qwen/Qwen2.5-Math-1.5B --steps 10 --prompts 32 --group 8 --max-tokens 1024
-    python benchmarks/train_gpu.py --random-init llama-1b --steps 5      # no download: random weights, real shape
+    python -m benchmarks.train_gpu --model Qwen/Qwen2.5-Math-1.5B --steps 10 --prompts 32 --group 8 --max-tokens 1024
+    python -m benchmarks.train_gpu --random-init llama-1b --steps 5      # no download: random weights, real shape
 
 Prints JSON: seconds per step, generated tokens/s, and the split of step time between generation, reward,
 training and the weight push (medians over the steps after the first).
