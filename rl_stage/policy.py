@@ -68,34 +68,53 @@ def shared_prefix_hidden(model, input_ids, attn, prompt_lens: list[int]):
     from each row's last prompt token on; zeros before), with each distinct prompt run through the model once.
 
     A GRPO group is G completions of one prompt, and a long prompt (a few-shot template) is most of each sequence:
-    the prompt's forward pass is made once, its key/value cache repeated for the group's rows, and only the
-    completions are run on top of it. Gradients flow into the shared prompt pass from every row, so the result and
-    its gradients are those of the full pass, up to rounding. None when no two rows share a prompt."""
+    the distinct prompts go through the model once, in one batch (left-padded, each keeping its own positions), their
+    key/value cache is gathered for every row of their group, and the completions of every row run on top of it in a
+    second batch. Gradients flow into the prompt pass from every row, so the result and its gradients are those of the
+    full pass, up to rounding. Two forwards, whatever the number of groups: large matrix products and one embedding
+    gradient. None when no two rows share a prompt."""
     B, L = input_ids.shape
     groups: dict[tuple, list[int]] = {}
     for i, P in enumerate(prompt_lens):
         groups.setdefault((P, tuple(input_ids[i, :P].tolist())), []).append(i)
     if len(groups) == B:  # nothing shared: one batched pass is cheaper
         return None
-    out = None
-    for (P, _), rows in groups.items():
-        r0 = rows[0]
-        pre = model.base_model(input_ids=input_ids[r0 : r0 + 1, :P], attention_mask=attn[r0 : r0 + 1, :P], use_cache=True)
-        lengths = attn[rows].sum(1)
-        S = int(lengths.max()) - P
-        if out is None:
-            h = pre.last_hidden_state
-            out = h.new_zeros((B, L - 1, h.shape[-1]))
-        idx = torch.tensor(rows, device=input_ids.device)
-        out[idx, P - 1] = pre.last_hidden_state[0, P - 1].expand(len(rows), -1)
-        if S <= 1:
-            continue
-        cache = pre.past_key_values
-        cache.batch_repeat_interleave(len(rows))
-        suffix_attn = torch.cat([attn[rows, :P], attn[rows, P : P + S]], 1)
-        suf = model.base_model(input_ids=input_ids[rows, P : P + S], attention_mask=suffix_attn, past_key_values=cache,
-                               use_cache=True).last_hidden_state
-        out[idx, P : P + S - 1] = suf[:, : S - 1]
+    dev = input_ids.device
+    keys = list(groups)
+    Pm = max(P for P, _ in keys)
+    plens = torch.tensor(prompt_lens, device=dev)
+    of_row = torch.empty(B, dtype=torch.long, device=dev)  # each row's distinct prompt
+    pre_ids = input_ids.new_zeros((len(keys), Pm))
+    pre_attn = attn.new_zeros((len(keys), Pm))
+    for g, key in enumerate(keys):
+        P, r0 = key[0], groups[key][0]
+        pre_ids[g, Pm - P :] = input_ids[r0, :P]  # left-padded: every prompt ends at Pm - 1
+        pre_attn[g, Pm - P :] = 1
+        of_row[groups[key]] = g
+    pre = model.base_model(input_ids=pre_ids, attention_mask=pre_attn, position_ids=(pre_attn.cumsum(1) - 1).clamp(min=0),
+                           use_cache=True)
+    h = pre.last_hidden_state
+    out = h.new_zeros((B, L - 1, h.shape[-1]))
+    rows = torch.arange(B, device=dev)
+    # index_select, not h[of_row]: the backward of indexing with repeated indices adds in no fixed order on CPU (runs
+    # would differ in the last bits); index_select's adds in order
+    out[rows, plens - 1] = h[:, Pm - 1].index_select(0, of_row)  # the last prompt token predicts the first completion
+    n_comp = attn.sum(1) - plens
+    S = int(n_comp.max())
+    if S <= 1:
+        return out
+    # every row's completion tokens, left-aligned, on top of its prompt's cache; positions go on from the prompt's
+    col = torch.arange(S, device=dev)
+    pos = plens[:, None] + col[None, :]
+    valid = col[None, :] < n_comp[:, None]
+    suf_ids = torch.where(valid, input_ids.gather(1, pos.clamp(max=L - 1)), 0)
+    cache = pre.past_key_values
+    cache.reorder_cache(of_row)  # each layer's keys and values index_select-ed: a row per completion
+    suf = model.base_model(input_ids=suf_ids, attention_mask=torch.cat([pre_attn[of_row], valid.to(attn.dtype)], 1),
+                           position_ids=pos, past_key_values=cache, use_cache=True).last_hidden_state
+    # completion token j of row i predicts token P_i + j + 1: all but each row's last have a target
+    keep = col[None, :] < (n_comp - 1)[:, None]
+    out[rows[:, None].expand(B, S)[keep], pos[keep]] = suf[keep]
     return out
 
 

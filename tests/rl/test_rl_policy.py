@@ -44,7 +44,12 @@ def test_shared_prompts_give_the_full_pass_log_probs_and_gradients():
         (lp * cm).sum().backward()
         return lp.detach(), ent, torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
 
+    assert len(set(plens)) == 3  # prompts of three lengths: the batched prompt pass is left-padded
+    calls = []
+    hook = model.base_model.register_forward_hook(lambda *a: calls.append(1))
     full, shared = run(None), run(plens)
+    hook.remove()
+    assert len(calls) == 3  # the full pass once; shared: every distinct prompt in one pass, every completion in one
     assert float((full[0] - shared[0]).abs().max()) < 1e-4 and float((full[1] - shared[1]).abs().max()) < 1e-4
     assert float((full[2] - shared[2]).norm() / full[2].norm()) < 1e-4
     assert float((full[0] * cm).abs().sum()) > 1  # real log-probs, not zeros
