@@ -34,36 +34,36 @@ def save(t) -> Path:
     root = t.out / "checkpoints"
     final = root / f"step_{t.step:06d}"
     tmp = root / f".tmp_step_{t.step:06d}"
-    if t.main:
+    if t.pg.main:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
     t.pg.barrier()
     rng = {"torch_rng": torch.get_rng_state(),
            "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
-    if t.world > 1:
+    if t.pg.world > 1:
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_optimizer_state_dict
 
         full = get_model_state_dict(t.policy, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-        if t.main:  # the model's own names, without a tied head's second copy (save_pretrained drops it too)
+        if t.pg.main:  # the model's own names, without a tied head's second copy (save_pretrained drops it too)
             own = {n for n, _ in t.model.named_parameters()} | {n for n, _ in t.model.named_buffers()}
             sd = {k.removeprefix("lm."): v for k, v in full.items() if k.removeprefix("lm.") in own}
             t.model.save_pretrained(tmp, state_dict=sd, safe_serialization=True)
         del full
         dcp.save({"optimizer": get_optimizer_state_dict(t.policy, t.opt)}, checkpoint_id=str(tmp / "optimizer"))
-        torch.save(rng, tmp / f"rng_rank{t.rank}.pt")
-    elif t.main:
+        torch.save(rng, tmp / f"rng_rank{t.pg.rank}.pt")
+    elif t.pg.main:
         t.model.save_pretrained(tmp, safe_serialization=True)
-    if t.main:
+    if t.pg.main:
         t.tokenizer.save_pretrained(tmp)
         t.write_online(tmp)
-        state = {"step": t.step, "scheduler": t.sched.state_dict(), "world_size": t.world,
+        state = {"step": t.step, "scheduler": t.sched.state_dict(), "world_size": t.pg.world,
                  "sampler": t.sampler.state_dict(), "python_rng": random.getstate(), "numpy_rng": np.random.get_state(),
                  "bad_in_row": t.bad_in_row, "completions": t.completions,
-                 "online": t.online, **({"optimizer": t.opt.state_dict(), **rng} if t.world == 1 else {})}
+                 "online": t.online, **({"optimizer": t.opt.state_dict(), **rng} if t.pg.world == 1 else {})}
         torch.save(state, tmp / "trainer_state.pt")
     t.pg.barrier()
-    if t.main:
+    if t.pg.main:
         shutil.rmtree(final, ignore_errors=True)
         os.replace(tmp, final)
         for old in sorted(p for p in root.glob("step_*"))[: -t.cfg.keep_checkpoints]:
@@ -81,18 +81,18 @@ def load(t, ckpt: Path) -> None:
     optimizer, scheduler, sampler, RNGs and counters, and the logs cut back to the checkpoint's step."""
     torch = t.torch
     st = torch.load(ckpt / "trainer_state.pt", weights_only=False)
-    if st.get("world_size", 1) != t.world:
+    if st.get("world_size", 1) != t.pg.world:
         raise TrainError(f"{ckpt} was written by {st.get('world_size', 1)} rank(s); resume it with as many "
-                         f"(this run has {t.world})")
+                         f"(this run has {t.pg.world})")
     t.step = st["step"]
-    if t.world > 1:
+    if t.pg.world > 1:
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_optimizer_state_dict
 
         osd = {"optimizer": get_optimizer_state_dict(t.policy, t.opt)}
         dcp.load(osd, checkpoint_id=str(ckpt / "optimizer"))
         set_optimizer_state_dict(t.policy, t.opt, osd["optimizer"])
-        rng = torch.load(ckpt / f"rng_rank{t.rank}.pt", weights_only=False)
+        rng = torch.load(ckpt / f"rng_rank{t.pg.rank}.pt", weights_only=False)
     else:
         t.opt.load_state_dict(st["optimizer"])
         rng = st
@@ -109,7 +109,7 @@ def load(t, ckpt: Path) -> None:
     # metrics and evaluations written after this checkpoint belong to steps that will be run again
     for name in ("metrics.jsonl", "eval.jsonl"):
         mpath = t.out / name
-        if t.main and mpath.exists():
+        if t.pg.main and mpath.exists():
             lines = [ln for ln in mpath.read_text().splitlines() if ln and json.loads(ln).get("step", 0) <= t.step]
             write_text_atomic(mpath, "".join(ln + "\n" for ln in lines))
     t.pg.barrier()

@@ -144,7 +144,6 @@ class Rollouts:
     def rewards(self, groups) -> tuple[list[list[float]], list[list[bool]]]:
         """Shaped rewards and correctness per group. A completion cut off before any explicit answer is wrong
         without grading (``cut_off_unanswered``); a grading timeout or crash is wrong too (not "skipped")."""
-        from curate.difficulty import EXPLICIT, extract_prediction
         from rl_stage.algorithms import shaped_rewards
 
         golds = [p.answer for p, _, comps in groups for _ in comps]
@@ -157,7 +156,7 @@ class Rollouts:
         alg = self.alg
         rewards = [
             shaped_rewards(correct[gi], [c.n_tokens for c in comps], [c.truncated for c in comps],
-                           [bool(self.cfg.format_reward) and extract_prediction(c.text)[1] in EXPLICIT for c in comps],
+                           [bool(self.cfg.format_reward) and explicit(c.text) for c in comps],
                            wrong_reward=alg["wrong_reward"], format_reward=self.cfg.format_reward,
                            overlong=alg["overlong_shaping"], max_len=self.cfg.max_tokens, buffer=alg["overlong_buffer"])
             for gi, (_, _, comps) in enumerate(groups)

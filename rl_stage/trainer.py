@@ -68,18 +68,6 @@ class Trainer:
         self.online: dict[str, list] = {}  # prompt id -> [last correct, last graded, last step, total correct, total graded]
         self.pg = ProcessGroup()
 
-    @property
-    def main(self) -> bool:
-        return self.pg.main
-
-    @property
-    def world(self) -> int:
-        return self.pg.world
-
-    @property
-    def rank(self) -> int:
-        return self.pg.rank
-
     # ---- setup -------------------------------------------------------------------------------------
     def setup(self) -> None:
         import torch
@@ -100,7 +88,7 @@ class Trainer:
         from rl_stage import run_folder
 
         self._lock = None
-        if self.main:  # the folder's rules (rl_stage.run_folder): checked and held before anything is written
+        if self.pg.main:  # the folder's rules (rl_stage.run_folder): checked and held before anything is written
             run_folder.check(self.out, self.resume)
             if self.resume:
                 diff = run_folder.changed(self.out, asdict(cfg))
@@ -112,7 +100,7 @@ class Trainer:
         ckpt = self._latest_checkpoint() if self.resume else None
         if self.resume and ckpt is None:
             log.warning("no complete checkpoint in %s: starting from step 0", self.out / "checkpoints")
-            if self.main:  # what the run logged before it died belongs to steps that run again
+            if self.pg.main:  # what the run logged before it died belongs to steps that run again
                 for name in ("metrics.jsonl", "eval.jsonl"):
                     (self.out / name).unlink(missing_ok=True)
         self.pg.barrier()  # every rank has looked before rank 0 writes
@@ -134,7 +122,7 @@ class Trainer:
         # checkpointing the model returns no key/value cache to share, so every row runs whole
         self.policy = PolicyModule(self.model, cfg.temperature, self.bf16, self.device, cfg.logprob_chunk,
                                    share_prompts=not self.model.is_gradient_checkpointing)
-        if self.world > 1:
+        if self.pg.world > 1:
             from rl_stage.distributed import shard
 
             shard(self.model, self.policy)
@@ -172,12 +160,12 @@ class Trainer:
         if ckpt:
             self._load_state(ckpt)
         self._tb = None
-        if cfg.tensorboard and self.main:
+        if cfg.tensorboard and self.pg.main:
             from torch.utils.tensorboard import SummaryWriter
 
             self._tb = SummaryWriter(str(self.out / "tensorboard"))
-        if self.main:
-            (self.out / "config.json").write_text(json.dumps({**asdict(cfg), "resolved": self.alg, "world_size": self.world},
+        if self.pg.main:
+            (self.out / "config.json").write_text(json.dumps({**asdict(cfg), "resolved": self.alg, "world_size": self.pg.world},
                                                              indent=2, default=str))
 
     def _record(self, p, n_correct: int, n_graded: int) -> None:
@@ -344,7 +332,7 @@ class Trainer:
                 rows.append({"step": self.step, "completions": self.completions, "id": g[0].id, "greedy_correct": bool(c[0]),
                              f"mean@{k}": sum(s_c) / len(s_c), "k": k,
                              "boxed": sum(explicit(x.text) for x in comps) / k})
-        if self.main:
+        if self.pg.main:
             with open(self.out / "eval.jsonl", "a") as f:
                 for r in rows:
                     f.write(json.dumps(r) + "\n")
@@ -365,7 +353,7 @@ class Trainer:
 
     # ---- the loop ----------------------------------------------------------------------------------
     def _log(self, m: dict) -> None:
-        if not self.main:
+        if not self.pg.main:
             return
         with open(self.out / "metrics.jsonl", "a") as f:
             f.write(json.dumps(m) + "\n")
@@ -379,7 +367,7 @@ class Trainer:
         out: list[dict] = []
         try:
             self.setup()
-            progress = progress and self.main
+            progress = progress and self.pg.main
             if self.step == 0 and self.eval_prompts and self.cfg.eval_at_start:
                 m = {"step": 0, "completions_total": 0, **self.evaluate()}
                 self._log(m)
