@@ -72,12 +72,14 @@ def shared_prefix_hidden(model, input_ids, attn, prompt_lens: list[int]):
     key/value cache is gathered for every row of their group, and the completions of every row run on top of it in a
     second batch. Gradients flow into the prompt pass from every row, so the result and its gradients are those of the
     full pass, up to rounding. Two forwards, whatever the number of groups: large matrix products and one embedding
-    gradient. None when no two rows share a prompt."""
+    gradient. None when no two rows share a prompt (in one process)."""
     B, L = input_ids.shape
     groups: dict[tuple, list[int]] = {}
     for i, P in enumerate(prompt_lens):
         groups.setdefault((P, tuple(input_ids[i, :P].tolist())), []).append(i)
-    if len(groups) == B:  # nothing shared: one batched pass is cheaper
+    # nothing shared: one batched pass is cheaper, but not across ranks: every rank must run as many forwards (FSDP
+    # gathers a layer's weights in each), and another rank's micro-batch may share its prompts
+    if len(groups) == B and not (torch.distributed.is_available() and torch.distributed.is_initialized()):
         return None
     dev = input_ids.device
     keys = list(groups)
