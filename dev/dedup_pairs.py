@@ -2,7 +2,7 @@
 
     python dev/dedup_pairs.py --input INGESTED_DIR --work SCRATCH_DIR [--rounds 3]
 
-The first call builds the per-shard files into ``--work`` (steps 1a, 2 and 1b of ``curate.clean.dedup_disk``: at
+The first call builds the per-shard files into ``--work`` (steps 1, 2 and 3 of ``curate.clean.dedup_disk``: at
 10M rows without copies about 30 s and 12 GB); later calls on the same folder find them and go straight to the
 pairs. Each round runs ``dedup_disk.pairs`` in a fresh pool of worker processes, as the stage does, and prints its
 seconds, the CPU seconds and minor page faults of this process and of its workers, and a hash of the pairs

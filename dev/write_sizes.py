@@ -1,5 +1,5 @@
 """How fast buffered writes of each size put new data into the page cache (why dedup's scratch files are written
-64 KB at a time, ``curate.clean.dedup_disk._write``).
+64 KB at a time, ``curate.clean.dedup_disk.files.write``).
 
     python dev/write_sizes.py [--folder /tmp] [--mb 26] [--rounds 6]
 
@@ -68,7 +68,7 @@ def main() -> None:
 def volume(where: Path, gb: int) -> None:
     """``gb`` files of 1 GB, written by dedup's own ``_write`` (64 KB a write), all kept until the end: each GB's
     wall and system CPU seconds."""
-    from curate.clean.dedup_disk import _write
+    from curate.clean.dedup_disk.files import write as _write
 
     data = np.random.default_rng(0).integers(0, 2**63, size=(64 << 20) // 8, dtype=np.uint64)
     folder = Path(tempfile.mkdtemp(prefix="gradus-volume-", dir=where))

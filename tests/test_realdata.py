@@ -156,9 +156,9 @@ def test_decontam_false_hit_aime_2011_ii_9_is_gone(real_data, tmp_path):
 def test_decontam_catches_rewritten_math500(real_data):
     """Formatting-only rewrites and a reworded first verb: every copy is caught (the rule before this change
     caught 19/34, 365/381 and 255/283)."""
-    from benchmarks.decontam_rewrites import run
+    from curate.clean.checks import rewrites_caught
 
-    got = run(real_data / "math500/test.jsonl")
+    got = rewrites_caught(real_data / "math500/test.jsonl")
     assert got == {"frac_short": (34, 34), "paren_math": (381, 381), "first_verb": (283, 283)}
 
 

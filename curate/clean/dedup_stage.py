@@ -240,7 +240,7 @@ def _equal_at(x: np.ndarray, u: np.ndarray, v: np.ndarray, step: int = 1 << 20) 
 
 class _Decided:
     """Each row's fate from the clustered nodes: the row it is merged into (``rep``) and its kind (0 kept, 1 exact
-    duplicate, 2 near duplicate, 3 gold conflict). The rows of an exact group (``dedup_disk.Work.exact_groups``: its
+    duplicate, 2 near duplicate, 3 gold conflict). The rows of an exact group (``dedup_disk.exact.exact_groups``: its
     first row is the node of every row of its content id) look theirs up by content id, the groups that met no other
     text included; every other row by row (a node, or a row of no pair: kept as it is).
 

@@ -12,12 +12,12 @@ workers would pay numba's import (0.6 s, about 110 MB each) for less than they s
   the bytes (counted, then written), instead of a regex replace, a trim and a regex count.
 - ``stmt_loop``: ``dedup.hash_strings`` of a row's statement key (its tokens but the question words, joined by
   spaces), folded in straight from the tokens' bytes instead of joined into strings first.
-- ``band_loop``: a band's entries of ``dedup_disk._save_bands`` mixed, ordered by key range (a counting sort) and
+- ``band_loop``: a band's entries of ``dedup_disk.signatures._save_bands`` mixed, ordered by key range (a counting sort) and
   gathered into their columns in two passes, instead of numpy's mix passes, radix argsort and three gathers.
 - ``agree_loop``: the share of equal MinHash values of each judged pair of rows, compared in place, instead of
   numpy's gathered copies of both signatures and their elementwise comparison.
 - ``pair_loop``: a band's entries that share a key, each with the first entry of its key, found with a small hash
-  table per bucket of a word of the keys (the buckets by a counting sort), instead of ``dedup_disk._by_key``'s sort of
+  table per bucket of a word of the keys (the buckets by a counting sort), instead of ``dedup_disk.buckets._by_key``'s sort of
   every entry's 64-bit word and its gathers.
 - ``rare_loop``: which of ``text.canonical``'s rare rewrites each row may need (a bit per rewrite), read in one pass
   over the bytes, instead of the regex match of every rewrite's pattern over every row that holds any of them.
@@ -25,8 +25,8 @@ workers would pay numba's import (0.6 s, about 110 MB each) for less than they s
   strings at once, instead of one ``hashlib`` object per distinct word.
 
 Each has a twin that the callers use without numba (``dedup.minhash``'s shingles and numpy blocks, ``hash_strings``'
-numpy steps, ``text._ascii_tokens``' numpy passes, ``number_strings``' regex passes, ``dedup_disk.Work.judge``'s
-gathers, ``dedup_disk._by_key``'s sort, ``_save_bands``' argsort, ``text.word_hashes``'s ``hashlib``,
+numpy steps, ``text._ascii_tokens``' numpy passes, ``number_strings``' regex passes, ``dedup_disk.judge.judge_pairs``'s
+gathers, ``dedup_disk.buckets._by_key``'s sort, ``_save_bands``' argsort, ``text.word_hashes``'s ``hashlib``,
 ``canonical``'s regex matches), and both give the same values bit for bit (``pair_loop`` the same pairs, in another
 order; ``rare_loop`` the same canonical text): tests hold them equal on real text. The functions are plain Python,
 compiled on first use in each process (``compiled``) and cached on disk by numba, so a worker process loads
@@ -361,8 +361,8 @@ def rare_loop(data, offs, out):  # pragma: no cover (run compiled)
 
 
 def band_loop(hi, lo, rn, shift, out, cuts, pos):  # pragma: no cover (run compiled)
-    """One band of ``dedup_disk._save_bands``: each entry's first key word through splitmix64's finalizer
-    (``_finish``, ``dedup_disk._mix``), the entries ordered by the top bits of that word (``word >> shift``: a stable
+    """One band of ``dedup_disk.signatures._save_bands``: each entry's first key word through splitmix64's finalizer
+    (``_finish``, ``dedup_disk.files.mix``), the entries ordered by the top bits of that word (``word >> shift``: a stable
     counting sort, so one range's entries stay in row order), and written as three columns into ``out`` (3 x
     entries): the mixed first words, the second words ``lo``, and ``rn``; where each range starts into ``cuts``
     (ranges + 1, the last the end). ``pos``: scratch, one per range."""
@@ -387,7 +387,7 @@ def band_loop(hi, lo, rn, shift, out, cuts, pos):  # pragma: no cover (run compi
 def agree_loop(sig, perms, iu, iv, out):  # pragma: no cover (run compiled)
     """``out[j]``: the share of equal values among the first ``perms`` words of rows ``iu[j]`` and ``iv[j]`` of
     ``sig`` (equal count / ``perms``, as numpy's mean of the comparison gives it): the signatures, or the judge
-    records (``dedup_disk.record_dtype``) seen as rows of uint32 words, whose signature comes first."""
+    records (``dedup_disk.signatures.record_dtype``) seen as rows of uint32 words, whose signature comes first."""
     for j in range(iu.shape[0]):
         a, b = iu[j], iv[j]
         c = 0
@@ -397,7 +397,7 @@ def agree_loop(sig, perms, iu, iv, out):  # pragma: no cover (run compiled)
         out[j] = c / perms
 
 
-_KEY_MIX = np.uint64(0x9E3779B97F4A7C15)  # ``dedup_disk._by_key``'s multiplier of a key's second word
+_KEY_MIX = np.uint64(0x9E3779B97F4A7C15)  # ``dedup_disk.buckets._by_key``'s multiplier of a key's second word
 
 
 def pair_loop(hi, lo, bits, later, first, bw, bhi, blo, bat):  # pragma: no cover (run compiled)

@@ -282,8 +282,8 @@ def test_compiled_rare_bits_give_the_regex_canonical_text(real_data):
 
 
 def _signatures_after_features(rows: list[str]) -> dict[str, int] | None:
-    from curate.clean import dedup_disk, kernels
-    from curate.clean.dedup_disk import features
+    from curate.clean import kernels
+    from curate.clean.dedup_disk import buckets, features, signatures
 
     if not kernels.warm():
         return None
@@ -295,14 +295,14 @@ def _signatures_after_features(rows: list[str]) -> dict[str, int] | None:
     seg = {k: np.empty(n, np.uint64) for k in ("hi", "lo", "rn")}  # as ``Work._slices`` reads them
     for k in seg:
         seg[k][:] = np.arange(n) % 7
-    dedup_disk._key_pairs(seg)
+    buckets._key_pairs(seg)
     import tempfile
     from pathlib import Path
 
     with tempfile.TemporaryDirectory() as tmp:  # as ``shard_work`` writes a shard's band files
         words = np.empty((24, 2, n), np.uint64)
-        dedup_disk._band_words(features(t, DedupConfig(), {})[1], DedupConfig(), words)
-        dedup_disk._save_bands(Path(tmp), "bands", words, DedupConfig(), np.arange(n), np.zeros(n, np.uint64),
+        signatures._band_words(features(t, DedupConfig(), {})[1], DedupConfig(), words)
+        signatures._save_bands(Path(tmp), "bands", words, DedupConfig(), np.arange(n), np.zeros(n, np.uint64),
                                np.zeros(n, np.int32))
     return {k: len(f.signatures) for k, f in kernels._BUILT.items() if f is not None}
 

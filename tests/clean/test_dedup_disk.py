@@ -13,6 +13,8 @@ import pytest
 
 from curate.clean import dedup_disk
 from curate.clean.dedup import DedupConfig, minhash
+from curate.clean.dedup_disk import buckets, files, judge, signatures
+from curate.clean.dedup_disk import folder as work_folder
 from curate.core.shards import read_table, shard_paths
 from curate.pipeline import dedup_stage, ingest
 
@@ -84,7 +86,7 @@ def test_crafted_near_duplicates_across_shards_and_key_ranges(tmp_path, monkeypa
     dirs = _shards(tmp_path)
     dedup_stage(dirs, tmp_path / "mem", DedupConfig(engine="memory"))
     dedup_stage(dirs, tmp_path / "disk", DedupConfig(engine="disk", workers=1))
-    monkeypatch.setattr(dedup_disk, "PART_ENTRIES", 3)  # 15 rows: every band split into 8 key ranges
+    monkeypatch.setattr(work_folder, "PART_ENTRIES", 3)  # 15 rows: every band split into 8 key ranges
     monkeypatch.setattr(dedup_disk, "JUDGE_PAIRS", 1)  # and each range of rows' pairs judged on its own
     dedup_stage(dirs, tmp_path / "ranges", DedupConfig(engine="disk", workers=1))
     # ... and judged in two worker processes (the ranges shared out by this one)
@@ -117,21 +119,21 @@ def test_judge_gives_each_pair_its_verdict_however_the_first_rows_are_read(tmp_p
     shards = [p for d in _shards(tmp_path) for p in shard_paths(d / "kept")]
     cfg = DedupConfig(engine="disk", workers=1)
     w = dedup_disk.build(shards, tmp_path / "work", cfg, {})
-    got = [w.band_pairs(b) for b in range(cfg.bands)]
+    got = [buckets.band_pairs(w, b) for b in range(cfg.bands)]
     keys = np.unique(np.concatenate([u.astype(np.int64) * w.n + v for u, v in got]))
     u, v = keys // w.n, keys % w.n  # every distinct band pair, in row order
     assert len(u) >= 5 and (v < u).all()
     problems = pa.concat_arrays([pq.read_table(p, columns=["problem"])["problem"].combine_chunks() for p in shards])
     sig = minhash(problems, cfg)  # the rows' signatures, in the stage's row order
-    ok, agree, strict = w.judge(u, v)
+    ok, agree, strict = judge.judge_pairs(w, u, v)
     assert (agree == (sig[u] == sig[v]).mean(axis=1)).all()
     assert ok.any() and (agree >= cfg.threshold).any() and (agree < cfg.threshold).any()
     for chunk in (1, 2):
-        again = w.judge(u, v, chunk=chunk)
+        again = judge.judge_pairs(w, u, v, chunk=chunk)
         assert all((a == b).all() for a, b in zip(again, (ok, agree, strict), strict=True))
-    back = w.judge(u[::-1].copy(), v[::-1].copy())  # later rows out of order: their records found all the same
+    back = judge.judge_pairs(w, u[::-1].copy(), v[::-1].copy())  # later rows out of order: their records found all the same
     assert all((a[::-1] == b).all() for a, b in zip(back, (ok, agree, strict), strict=True))
-    assert [len(x) for x in w.judge(u[:0], v[:0])] == [0, 0, 0]
+    assert [len(x) for x in judge.judge_pairs(w, u[:0], v[:0])] == [0, 0, 0]
     w.close()
 
 
@@ -156,11 +158,11 @@ def test_band_entries_are_grouped_by_key_then_row_even_when_keys_share_their_hig
         return out
 
     want = {(5, 1): [0, 1, 10], (5, 2): [2, 11], (9, 0): [3, 12]}
-    assert groups(seg, dedup_disk._by_key(seg)) == want
+    assert groups(seg, buckets._by_key(seg)) == want
     low = seg.copy()  # small words: every key shares its high bits (all zero) with the others, told apart below
     low["hi"], low["lo"] = [5, 5, 6, 7, 9, 5, 6, 9], 0
-    assert groups(low, dedup_disk._by_key(low)) == {(5, 0): [0, 1, 10], (6, 0): [2, 11], (9, 0): [3, 12]}
-    assert dedup_disk._by_key(seg[[0, 2, 3]]).tolist() == []  # no shared key
+    assert groups(low, buckets._by_key(low)) == {(5, 0): [0, 1, 10], (6, 0): [2, 11], (9, 0): [3, 12]}
+    assert buckets._by_key(seg[[0, 2, 3]]).tolist() == []  # no shared key
     rng = np.random.default_rng(0)  # against a plain sort on random keys with many shared ones, high bits apart
     for shift, lo in ((58, 3), (0, 1)):  # ... and all in the low bits (one run of many keys)
         r = np.zeros(5000, entry)
@@ -168,16 +170,16 @@ def test_band_entries_are_grouped_by_key_then_row_even_when_keys_share_their_hig
         r["lo"], r["row"] = rng.integers(0, lo, 5000), np.arange(5000)
         order = np.lexsort((r["row"], r["lo"], r["hi"]))
         k = np.r_[False, (r["hi"][order][1:] == r["hi"][order][:-1]) & (r["lo"][order][1:] == r["lo"][order][:-1])]
-        assert groups(r, dedup_disk._by_key(r)) == groups(r, order[k | np.r_[k[1:], False]])
+        assert groups(r, buckets._by_key(r)) == groups(r, order[k | np.r_[k[1:], False]])
 
 
 def _key_pairs_compiled(segs: list[dict]) -> list | None:
-    """``dedup_disk._key_pairs`` of each band range, through the compiled loop (None where it does not load)."""
+    """``buckets._key_pairs`` of each band range, through the compiled loop (None where it does not load)."""
     from curate.clean.kernels import compiled
 
     if compiled("pair_loop") is None:
         return None
-    return [dedup_disk._key_pairs(seg) for seg in segs]
+    return [buckets._key_pairs(seg) for seg in segs]
 
 
 def _seg(hi, lo, rn) -> dict:
@@ -203,9 +205,9 @@ def test_compiled_key_pairs_give_the_sorted_groups_pairs(real_data):
     rows = rows + [r + " Explain." for r in rows[:1500]]  # near copies: many shared band keys
     sig = minhash(pa.array(rows), DedupConfig())
     words = np.empty((24, 2, len(rows)), np.uint64)
-    dedup_disk._band_words(sig, DedupConfig(), words)
+    signatures._band_words(sig, DedupConfig(), words)
     n = len(rows)
-    real = [_seg(dedup_disk._mix(words[b, 0]), words[b, 1], np.arange(n, dtype=np.uint64) << 32) for b in range(24)]
+    real = [_seg(files.mix(words[b, 0]), words[b, 1], np.arange(n, dtype=np.uint64) << 32) for b in range(24)]
     rng = np.random.default_rng(0)  # many shared keys, in few buckets and in many
     small = [_seg(rng.integers(0, k, 20_000), rng.integers(0, 2, 20_000), np.arange(20_000, dtype=np.uint64) << 32)
              for k in (3, 5_000)]
@@ -214,11 +216,11 @@ def test_compiled_key_pairs_give_the_sorted_groups_pairs(real_data):
     if got is None:
         pytest.skip("numba is not installed here (or GRADUS_NUMBA=0)")
     as_set = lambda ra, rb: set(zip((ra >> np.uint64(32)).tolist(), (rb >> np.uint64(32)).tolist(), strict=True))  # noqa: E731
-    assert as_set(*got[0]) == want == as_set(*dedup_disk._key_pairs(crafted))  # here: the numpy twin
+    assert as_set(*got[0]) == want == as_set(*buckets._key_pairs(crafted))  # here: the numpy twin
     shared = 0
     for seg, (ra, rb) in zip(segs, got, strict=True):
-        at = dedup_disk._by_key(seg)
-        later, first = dedup_disk._groups([seg["hi"][at], seg["lo"][at]])
+        at = buckets._by_key(seg)
+        later, first = buckets._groups([seg["hi"][at], seg["lo"][at]])
         plain = as_set(seg["rn"][at[later]], seg["rn"][at[first]])
         assert len(ra) == len(plain) and as_set(ra, rb) == plain
         shared += len(plain)
@@ -227,16 +229,16 @@ def test_compiled_key_pairs_give_the_sorted_groups_pairs(real_data):
 
 def _band_files_compiled(folder: str, words: np.ndarray, rows: np.ndarray, numh: np.ndarray,
                          cnt: np.ndarray) -> bool | None:
-    """``dedup_disk._save_bands`` into ``folder`` twice in a worker: through ``kernels.band_loop`` (``a``) and through
+    """``signatures._save_bands`` into ``folder`` twice in a worker: through ``kernels.band_loop`` (``a``) and through
     its numpy twin (``b``). None where the loop does not load."""
     from curate.clean import kernels
 
     if kernels.compiled("band_loop") is None:
         return None
-    dedup_disk._save_bands(Path(folder), "a", words, DedupConfig(), rows, numh, cnt)
+    signatures._save_bands(Path(folder), "a", words, DedupConfig(), rows, numh, cnt)
     kernels._BUILT["band_loop"] = None  # the twin
     try:
-        dedup_disk._save_bands(Path(folder), "b", words, DedupConfig(), rows, numh, cnt)
+        signatures._save_bands(Path(folder), "b", words, DedupConfig(), rows, numh, cnt)
     finally:
         del kernels._BUILT["band_loop"]
     return True
@@ -250,7 +252,7 @@ def test_compiled_band_files_are_the_numpy_files_byte_for_byte(real_data, tmp_pa
     rows = rows + [r + " Explain." for r in rows[:1500]]
     n = len(rows)
     words = np.empty((24, 2, n), np.uint64)
-    dedup_disk._band_words(minhash(pa.array(rows), DedupConfig()), DedupConfig(), words)
+    signatures._band_words(minhash(pa.array(rows), DedupConfig()), DedupConfig(), words)
     rng = np.random.default_rng(1)
     own = np.sort(rng.choice(3 * n, n, replace=False)).astype(np.int64)  # a shard's own rows, global numbers
     numh, cnt = rng.integers(0, 1 << 63, n).astype(np.uint64), rng.integers(0, 300, n).astype(np.int32)
@@ -263,12 +265,12 @@ def test_compiled_band_files_are_the_numpy_files_byte_for_byte(real_data, tmp_pa
             assert (folder / f"a{suffix}").read_bytes() == (folder / f"b{suffix}").read_bytes()
     cuts = np.load(tmp_path / "real" / "a.cuts.npy")
     cols = np.fromfile(tmp_path / "real" / "a.bin", np.uint64).reshape(24, 3, n)
-    assert cuts.shape == (24, dedup_disk.RANGES + 1) and (cuts[:, -1] == n).all()
+    assert cuts.shape == (24, files.RANGES + 1) and (cuts[:, -1] == n).all()
     for b in (0, 23):
         hi, rn = cols[b, 0], cols[b, 2]
-        assert np.array_equal(np.sort(hi), np.sort(dedup_disk._mix(words[b, 0])))
+        assert np.array_equal(np.sort(hi), np.sort(files.mix(words[b, 0])))
         assert np.array_equal(np.sort(rn >> np.uint64(32)), own.astype(np.uint64))
-        top = hi >> np.uint64(64 - dedup_disk.RANGE_BITS)
+        top = hi >> np.uint64(64 - files.RANGE_BITS)
         assert (np.diff(top.astype(np.int64)) >= 0).all()  # by range
         same = top[1:] == top[:-1]
         assert (rn[1:][same] > rn[:-1][same]).all()  # rows in order within a range
@@ -284,13 +286,13 @@ def _in_a_worker(fn, *args):
 
 
 def test_parts_for_bounds_each_key_range():
-    assert dedup_disk.parts_for(10) == 1
-    assert dedup_disk.parts_for(dedup_disk.PART_ENTRIES) == 1
-    assert dedup_disk.parts_for(dedup_disk.PART_ENTRIES + 1) == 2
-    assert dedup_disk.parts_for(10 * dedup_disk.PART_ENTRIES) == 16  # 10M rows: 16 ranges of 625k entries
+    assert work_folder.parts_for(10) == 1
+    assert work_folder.parts_for(work_folder.PART_ENTRIES) == 1
+    assert work_folder.parts_for(work_folder.PART_ENTRIES + 1) == 2
+    assert work_folder.parts_for(10 * work_folder.PART_ENTRIES) == 16  # 10M rows: 16 ranges of 625k entries
     keys = np.sort(np.array([0, 2**62, 2**63 - 1, 2**63, 2**64 - 1], np.uint64))
-    assert dedup_disk._ranges(keys, 2).tolist() == [0, 3, 5]  # split on the top bit
-    assert dedup_disk._ranges(keys, 4).tolist() == [0, 1, 3, 4, 5]
+    assert files.key_ranges(keys, 2).tolist() == [0, 3, 5]  # split on the top bit
+    assert files.key_ranges(keys, 4).tolist() == [0, 1, 3, 4, 5]
 
 
 @pytest.mark.parametrize("where", ["signatures", "judge", "clusters"])
@@ -311,7 +313,7 @@ def test_a_killed_dedup_restarts_from_its_shards_and_writes_the_same(tmp_path, m
 
     monkeypatch.setattr(dedup_disk, "shard_work", spy)
     if where == "judge":
-        monkeypatch.setattr(dedup_disk.Work, "judge", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt()))
+        monkeypatch.setattr(judge, "judge_pairs", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt()))
     if where == "clusters":
         import curate.clean.dedup_stage as stage
 
@@ -337,7 +339,7 @@ def test_a_work_folder_of_another_layout_starts_over(tmp_path, monkeypatch):
     without band entries): the restart empties the folder instead of reading them."""
     dirs = _shards(tmp_path)
     dedup_stage(dirs, tmp_path / "whole", DedupConfig(workers=1))
-    monkeypatch.setattr(dedup_disk.Work, "judge", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt()))
+    monkeypatch.setattr(judge, "judge_pairs", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt()))
     with pytest.raises(KeyboardInterrupt):
         dedup_stage(dirs, tmp_path / "killed", DedupConfig(workers=1))
     monkeypatch.undo()
@@ -373,9 +375,9 @@ def test_disk_engine_gives_the_in_memory_clusters_on_the_real_files(real_data, t
 
 
 def test_exhaustive_near_pairs_match_brute_force():
-    """``benchmarks/dedup_recall.py``'s ground truth (prefix filtering) finds every pair a brute-force comparison of
+    """``curate.clean.checks``' ground truth (prefix filtering) finds every pair a brute-force comparison of
     all pairs finds, with the same Jaccard."""
-    from benchmarks.dedup_recall import true_pairs
+    from curate.clean.checks import true_pairs
 
     rng = np.random.default_rng(3)
     base = [rng.choice(40, size=rng.integers(1, 12), replace=False) for _ in range(12)]
@@ -400,16 +402,16 @@ def test_exhaustive_near_pairs_match_brute_force():
 @pytest.mark.realdata
 def test_recall_of_near_duplicates_on_real_rows(real_data, tmp_path):
     """MATH test and DeepScaleR's MATH train, every pair of different content ids at shingle Jaccard >= 0.5 found
-    exhaustively (``benchmarks/dedup_recall.py``): at >= 0.8 every pair is an LSH candidate (24 bands x 4 rows);
+    exhaustively (``curate.clean.checks.near_pair_recall``): at >= 0.8 every pair is an LSH candidate (24 bands x 4 rows);
     the pairs with the same numbers, drawing and gold string are merged, but for four "arrange the letters of the
     word NINE / THAT" siblings (another word, the same count: the strict rule wants 80% of the signature, the loose
     one a telling gold)."""
-    from benchmarks.dedup_recall import measure
+    from curate.clean.checks import near_pair_recall
 
     ingest(str(real_data / "math_hendrycks/test/test.jsonl"), tmp_path / "i0")
     ingest(str(real_data / "deepscaler/train/math.json"), tmp_path / "i1")
     dedup_stage([tmp_path / "i0", tmp_path / "i1"], tmp_path / "d", DedupConfig(workers=1))
-    g = measure([tmp_path / "i0", tmp_path / "i1"], tmp_path / "d", 0.5)
+    g = near_pair_recall([tmp_path / "i0", tmp_path / "i1"], tmp_path / "d", 0.5)
     high = g["jac"] >= 0.8
     assert (len(g["jac"]), int(high.sum())) == (1286, 292)
     assert g["candidate"][high].all()
@@ -457,19 +459,19 @@ def test_scratch_writes_are_the_bytes_tofile_writes(tmp_path, monkeypatch):
     arrays, and arrow buffers, across the chunk size."""
     import pyarrow as pa
 
-    monkeypatch.setattr(dedup_disk, "WRITE_CHUNK", 1000)
+    monkeypatch.setattr(files, "WRITE_CHUNK", 1000)
     strided = np.arange(3000, dtype=np.uint32).reshape(1000, 3)[:, :2]
     exact = np.zeros(70, dedup_disk.EXACT)
     exact["idh"], exact["row"] = np.arange(70, dtype=np.uint64) * 7919, np.arange(70)
     for i, a in enumerate([np.arange(999, dtype=np.uint64), np.zeros(0, np.uint64), exact, strided]):
         ours, theirs = tmp_path / f"o{i}", tmp_path / f"t{i}"
         with open(ours, "wb") as f:
-            dedup_disk._write(f, a)
+            files.write(f, a)
         np.ascontiguousarray(a).tofile(theirs)
         assert ours.read_bytes() == theirs.read_bytes()
         assert len(ours.read_bytes()) == a.nbytes
     with open(tmp_path / "buf", "wb") as f:
-        dedup_disk._write(f, pa.py_buffer(bytes(range(256)) * 20))
+        files.write(f, pa.py_buffer(bytes(range(256)) * 20))
     assert (tmp_path / "buf").read_bytes() == bytes(range(256)) * 20
 
 
@@ -483,5 +485,5 @@ def test_decides_keeps_the_near_pairs_that_can_merge_or_conflict(tmp_path):
     years = (np.array([-1, 2001, 2001, -1, -1, -1]), np.array([-1, 2001, 2002, -1, -1, -1]))
     stmt = (np.array([1, 2, 3, 4, 5, 6], np.uint64), np.array([9, 8, 7, 4, 5, 0], np.uint64))
     ans = (np.array([1, 1, 1, 1, 1, 1], np.uint64), np.array([1, 1, 1, 2, 1, 2], np.uint64))
-    got = w.decides(np.arange(6), agree, strict, np.ones(6, bool), {"year": years, "stmt": stmt, "ans": ans})
+    got = judge.decides(w, np.arange(6), agree, strict, np.ones(6, bool), {"year": years, "stmt": stmt, "ans": ans})
     assert got.tolist() == [True, True, False, True, False, False]

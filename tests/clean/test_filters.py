@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from curate.clean.filters import STEP_NAMES, FilterConfig, apply_filters
@@ -192,9 +194,9 @@ def test_a_weak_figure_mention_is_a_signal_not_a_reject():
 def test_precision_and_recall_on_the_labelled_check_set(real_data):
     """The committed check set (688 real rows labelled by reading them): every multiple-choice item and proof
     rejected, at most 1% of clean problems rejected, and no filter wrong on more than 1 row in 10 it fires on."""
-    from benchmarks.filter_check import decide, load_rows, scores
+    from curate.clean.checks import decide, labelled_rows, scores
 
-    rows = load_rows(real_data)
+    rows = labelled_rows(Path(__file__).resolve().parents[1] / "data" / "filter_check_set.jsonl", real_data)
     s = scores(rows, decide(rows))
     assert s["recall_mcq"][0] == s["recall_mcq"][1] == 79
     assert s["recall_proof"][0] == s["recall_proof"][1] == 35
