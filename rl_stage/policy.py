@@ -79,7 +79,8 @@ def shared_prefix_hidden(model, input_ids, attn, prompt_lens: list[int]):
         groups.setdefault((P, tuple(input_ids[i, :P].tolist())), []).append(i)
     # nothing shared: one batched pass is cheaper, but not across ranks: every rank must run as many forwards (FSDP
     # gathers a layer's weights in each), and another rank's micro-batch may share its prompts
-    if len(groups) == B and not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+    spread = torch.distributed.is_available() and torch.distributed.is_initialized()
+    if len(groups) == B and not spread:
         return None
     dev = input_ids.device
     keys = list(groups)
@@ -102,21 +103,21 @@ def shared_prefix_hidden(model, input_ids, attn, prompt_lens: list[int]):
     # would differ in the last bits); index_select's adds in order
     out[rows, plens - 1] = h[:, Pm - 1].index_select(0, of_row)  # the last prompt token predicts the first completion
     n_comp = attn.sum(1) - plens
-    S = int(n_comp.max())
-    if S <= 1:
+    # completion token j of row i predicts token P_i + j + 1, for j below its count - 1; a row's last token predicts
+    # nothing and is not run. The completions, left-aligned, run on their prompt's cache, at positions that go on
+    # from the prompt's
+    T = int(n_comp.max()) - 1
+    if T <= 0 and not spread:
         return out
-    # every row's completion tokens, left-aligned, on top of its prompt's cache; positions go on from the prompt's
-    col = torch.arange(S, device=dev)
+    col = torch.arange(max(T, 1), device=dev)
     pos = plens[:, None] + col[None, :]
-    valid = col[None, :] < n_comp[:, None]
-    suf_ids = torch.where(valid, input_ids.gather(1, pos.clamp(max=L - 1)), 0)
+    keep = col[None, :] < (n_comp - 1)[:, None]
+    suf_ids = torch.where(keep, input_ids.gather(1, pos.clamp(max=L - 1)), 0)
     cache = pre.past_key_values
     cache.reorder_cache(of_row)  # each layer's keys and values index_select-ed: a row per completion
-    suf = model.base_model(input_ids=suf_ids, attention_mask=torch.cat([pre_attn[of_row], valid.to(attn.dtype)], 1),
+    suf = model.base_model(input_ids=suf_ids, attention_mask=torch.cat([pre_attn[of_row], keep.to(attn.dtype)], 1),
                            position_ids=pos, past_key_values=cache, use_cache=True).last_hidden_state
-    # completion token j of row i predicts token P_i + j + 1: all but each row's last have a target
-    keep = col[None, :] < (n_comp - 1)[:, None]
-    out[rows[:, None].expand(B, S)[keep], pos[keep]] = suf[keep]
+    out[rows[:, None].expand(B, len(col))[keep], pos[keep]] = suf[keep]
     return out
 
 
