@@ -21,6 +21,7 @@ from curate.clean.checks import rewrites_caught
 
 ROOT = Path(__file__).resolve().parents[1]
 
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--misses", action="store_true")

@@ -27,6 +27,7 @@ import os
 from pathlib import Path
 
 from curate.clean.checks import FILTER_REASONS, LABELS, decide, labelled_rows, scores
+from curate.core.errors import SourceError
 
 ROOT = Path(__file__).resolve().parents[1]
 CHECK_SET = ROOT / "tests" / "data" / "filter_check_set.jsonl"
@@ -46,7 +47,10 @@ def main() -> None:
     ap.add_argument("--errors", action="store_true", help="print every row the filters get wrong")
     ap.add_argument("--reject-figures", action="store_true", help="make the figure step reject (flag_only=())")
     args = ap.parse_args()
-    rows = labelled_rows(CHECK_SET, data_root())
+    try:
+        rows = labelled_rows(CHECK_SET, data_root())
+    except (FileNotFoundError, SourceError) as e:  # a data file or a labelled row missing: one line, not a traceback
+        raise SystemExit(str(e)) from None
     reasons = decide(rows, () if args.reject_figures else None)
     for split in ("dev", "held_out", "fresh", "all"):
         idx = [i for i, r in enumerate(rows) if split == "all" or r["split"] == split]

@@ -10,7 +10,7 @@ too), the sizes interleaved round by round, and prints MB/s per write size with 
 
     python dev/write_sizes.py --volume-gb 12 [--folder /tmp]
 
-writes ``--volume-gb`` GB instead, a GB a file, in 64 KB writes (dedup's ``_write``), keeping every file until the
+writes ``--volume-gb`` GB instead, a GB a file, in 64 KB writes (dedup's ``files.write``), keeping every file until the
 end, and prints each GB's seconds and the system CPU seconds it took: what a run's scratch volume costs as it grows.
 On these machines (a KVM guest) the first 2-3 GB went in at about 3 GB/s and every further GB took 2.6-3.6 s, all of
 it in the kernel's copy into new page-cache pages (memory the guest had not touched lately), about as long as the
@@ -66,9 +66,9 @@ def main() -> None:
 
 
 def volume(where: Path, gb: int) -> None:
-    """``gb`` files of 1 GB, written by dedup's own ``_write`` (64 KB a write), all kept until the end: each GB's
+    """``gb`` files of 1 GB, written by dedup's own ``write`` (64 KB a write), all kept until the end: each GB's
     wall and system CPU seconds."""
-    from curate.clean.dedup_disk.files import write as _write
+    from curate.clean.dedup_disk.files import write
 
     data = np.random.default_rng(0).integers(0, 2**63, size=(64 << 20) // 8, dtype=np.uint64)
     folder = Path(tempfile.mkdtemp(prefix="gradus-volume-", dir=where))
@@ -77,7 +77,7 @@ def volume(where: Path, gb: int) -> None:
             t0, c0 = time.perf_counter(), os.times()
             with open(folder / f"{i}.bin", "wb") as f:
                 for _ in range(16):  # 16 x 64 MB
-                    _write(f, data)
+                    write(f, data)
             secs, c1 = time.perf_counter() - t0, os.times()
             print(f"GB {i + 1:3d}: {secs:5.2f} s ({1024 / secs:5.0f} MB/s), system CPU {c1.system - c0.system:5.2f} s",
                   flush=True)
