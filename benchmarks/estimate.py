@@ -118,6 +118,12 @@ def main() -> None:
     figures["d_hf_tokens_per_s"] = round(hf_tokens / hf_s, 1)
     figures["d_vllm_over_hf"] = round(figures["a_raw_tokens_per_s"] / figures["d_hf_tokens_per_s"], 2)
 
+    try:
+        from benchmarks.machine import describe
+    except ImportError:  # run as a file (python benchmarks/NAME.py): its folder is on the path
+        from machine import describe  # type: ignore[no-redef]
+
+    figures["machine"] = describe()
     print(json.dumps(figures, indent=2, default=str))
     if a.json:
         Path(a.json).write_text(json.dumps(figures, indent=2, default=str))

@@ -181,7 +181,12 @@ def main() -> None:
     base = results[0]["s_per_step"]
     for r in results:
         r["speedup_vs_trl"] = round(base / r["s_per_step"], 2)
-    fig = {"steps": a.steps, "prompts_per_step": a.prompts, "group": a.group, "max_tokens": a.max_tokens,
+    try:
+        from benchmarks.machine import describe
+    except ImportError:  # run as a file (python benchmarks/NAME.py): its folder is on the path
+        from machine import describe  # type: ignore[no-redef]
+
+    fig = {"machine": describe(), "steps": a.steps, "prompts_per_step": a.prompts, "group": a.group, "max_tokens": a.max_tokens,
            "identical_work": {**IDENTICAL, "trl": "GRPOConfig(loss_type='dapo', beta=0, epsilon=0.2, steps_per_generation=1, "
                               "num_iterations=1, temperature=1.0, top_p=1.0, learning_rate=1e-6)"},
            "results": results}
