@@ -24,6 +24,7 @@ from pathlib import Path
 SHAPES = {  # hidden, layers, heads, kv heads, intermediate, vocabulary (None: the tokenizer's)
     "tiny": (64, 2, 4, 2, 128, None),  # a smoke run of the GPU scripts on CPU
     "llama-135m": (576, 30, 9, 3, 1536, 49152),  # SmolLM2-135M
+    "qwen2-0.5b": (896, 24, 14, 2, 4864, 151936),  # Qwen2.5-0.5B
     "llama-1b": (2048, 16, 32, 8, 8192, 128256),  # Llama 3.2 1B
     "qwen2-1.5b": (1536, 28, 12, 2, 8960, 151936),  # Qwen2.5(-Math)-1.5B
 }

@@ -15,4 +15,5 @@ export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
 out="${OUT:-/tmp}"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
 python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__, 'cuda', torch.cuda.is_available())"
+python3 -c "import vllm" 2>/dev/null || echo "vLLM: not installed on this machine: its CUDA path is NOT checked by this run (rollouts on transformers generate)"
 python3 -m benchmarks.gpu_check --tokenizer .gpu/tokenizer --json "$out/gpu_check.json" "$@" 2>&1 | tee "$out/gpu_check.log"

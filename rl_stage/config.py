@@ -54,6 +54,11 @@ class TrainConfig:
     rollout_batch_prompts: int | None = None  # hf rollouts: prompts per generate call; None: a rank's whole round
     vllm_gpu_memory_utilization: float = 0.3  # GPU memory share of the colocated vLLM (TRL colocate 0.3, verl 0.5)
     vllm_sleep: bool | None = None  # vLLM sleep mode: free its weights and KV cache while updating; None: on GPU
+    # vLLM's own engine arguments for the rollout engine (e.g. {max_model_len = 4096, enforce_eager = true}), over
+    # gradus's; --vllm-engine-args KEY=VALUE (repeatable). Checked against vLLM's names when the engine starts
+    vllm_engine_args: dict[str, Any] = field(default_factory=dict)
+    device: str = "auto"  # auto | cuda | cpu. auto: CUDA when torch sees a GPU (said in one line when not); cuda without
+    # one, or a GPU-only setting (vllm_sleep, tensor_parallel_size, ...) without one, is an error, never a CPU run
     logprob_chunk: int | None = None  # completion tokens per vocabulary projection (recomputed in backward); 0: all at
     # once; None: a memory budget decides (rl_stage.policy.LOGPROB_BUDGET: one pass while [tokens x vocab] fits it)
     # optimization
@@ -68,7 +73,8 @@ class TrainConfig:
     # ppo_mini_batch_size); None: the preset's; at most one per group. Updates after the first see ratio != 1.
     num_iterations: int = 1  # epochs over the rollout batch (mu in GRPO)
     seed: int = 0  # seed of sampling, prompt order and initialization
-    bf16: bool | None = None  # None: on GPU only. bf16 compute (autocast); master weights and AdamW stay fp32
+    bf16: bool | None = None  # None: on GPUs that compute bf16 (compute capability 8.0+), fp32 elsewhere. bf16 compute
+    # (autocast; FSDP2 bf16 all-gathers, fp32 reduction); master weights and AdamW stay fp32
     gradient_checkpointing: bool | None = None  # None: on GPU only
     max_bad_steps: int = 3  # steps with a non-finite loss or gradient in a row that stop the run (our choice)
     # prompt sampling (rl_stage.sampler, rl_stage.data)
@@ -180,6 +186,13 @@ class TrainConfig:
         if self.curriculum_sampling not in CurriculumSampler.MODES:
             raise TrainError(f"curriculum_sampling must be one of {', '.join(CurriculumSampler.MODES)}, "
                              f"not {self.curriculum_sampling!r}")
+        from curate.difficulty.devices import DEVICES
+
+        if self.device not in DEVICES:
+            raise TrainError(f"device must be one of {', '.join(DEVICES)}, not {self.device!r}")
+        if "tensor_parallel_size" in self.vllm_engine_args and self.vllm_engine_args["tensor_parallel_size"] != 1:
+            raise TrainError("vllm_engine_args.tensor_parallel_size: the colocated rollout engine runs one per rank "
+                             "(data parallel under torchrun); tensor parallel rollouts are not supported")
         if not 0 < self.vllm_gpu_memory_utilization <= 1:
             raise TrainError("vllm_gpu_memory_utilization must be in (0, 1]")
         if self.logprob_chunk is not None and self.logprob_chunk < 0:

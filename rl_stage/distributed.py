@@ -20,19 +20,35 @@ class ProcessGroup:
         self.torch: Any = None
         self.device: Any = None  # where all-reduced tensors live: this rank's GPU, or the CPU
 
-    def start(self, torch) -> None:
+    def start(self, torch, device: str = "cpu") -> None:
+        """Join torchrun's ranks (``device``: where the trainer runs, ``cuda`` or ``cpu``): NCCL with one GPU per rank,
+        bound at ``init_process_group`` (``device_id``), or gloo on CPUs. More ranks on a machine than GPUs is a
+        one-line error naming ``--nproc-per-node``, not CUDA's "invalid device ordinal"."""
         self.torch = torch
         self.world = int(os.environ.get("WORLD_SIZE", "1"))
         self.rank = int(os.environ.get("RANK", "0"))
+        cuda = device == "cuda"
         if self.world > 1:
             import torch.distributed as dist
 
-            if torch.cuda.is_available():
-                torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+            kw = {}
+            if cuda:
+                local, n = int(os.environ.get("LOCAL_RANK", "0")), torch.cuda.device_count()
+                if local >= n:
+                    raise TrainError(f"rank {self.rank} is local rank {local} on a machine that shows {n} GPU(s): run "
+                                     f"at most --nproc-per-node {n} (one rank per GPU), or set device = cpu")
+                torch.cuda.set_device(local)
+                kw["device_id"] = torch.device("cuda", local)
             if not dist.is_initialized():
-                dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
-        cuda = torch.cuda.is_available()
+                dist.init_process_group("nccl" if cuda else "gloo", **kw)
         self.device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
+
+    def main_first(self, fn):
+        """``fn()`` on rank 0, then on every other rank once rank 0 is done (a barrier between): a shared write
+        (the default model's conversion, a cache) is made once, and the others find it made."""
+        out = fn() if self.main else None
+        self.barrier()
+        return out if self.main else fn()
 
     @property
     def main(self) -> bool:
@@ -73,13 +89,25 @@ class ProcessGroup:
                 dist.destroy_process_group()
 
 
-def shard(model, policy) -> None:
-    """FSDP2: each decoder layer its own unit, then the policy module (embeddings, norm, head) as the root."""
-    from torch.distributed.fsdp import fully_shard
+def shard(model, policy, bf16: bool = False) -> None:
+    """FSDP2: each decoder layer its own unit, then the policy module (embeddings, norm, head) as the root. The model
+    comes in on the CPU (loaded there on every rank) and ``fully_shard`` moves each unit's shard to the rank's device,
+    one layer at a time, so no rank ever holds the whole model on its GPU. With bf16 the gathered parameters are bf16
+    and gradients are reduced in fp32 (verl's FSDP2 actor); the sharded master weights stay fp32."""
+    import torch
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     layers = getattr(model.base_model, "layers", None)
     if layers is None:
         raise TrainError(f"{type(model).__name__}: no decoder layers at .base_model.layers to shard with FSDP2")
+    kw = {"mp_policy": mixed_precision(torch, bf16, MixedPrecisionPolicy)}
     for layer in layers:
-        fully_shard(layer)
-    fully_shard(policy)
+        fully_shard(layer, **kw)
+    fully_shard(policy, **kw)
+
+
+def mixed_precision(torch, bf16: bool, policy_cls):
+    """FSDP2's precision: bf16 all-gathers and fp32 gradient reduction when bf16 is on, fp32 throughout otherwise."""
+    if not bf16:
+        return policy_cls()
+    return policy_cls(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)

@@ -63,6 +63,12 @@ def _chunked_head_logps(head, hidden, targets, temperature: float, want_entropy:
     return torch.cat(picked), (torch.cat(ents) if want_entropy else None)
 
 
+def ranks(torch) -> int:
+    """The number of processes training together (1 outside torch.distributed, or in a one-rank group)."""
+    d = torch.distributed
+    return d.get_world_size() if d.is_available() and d.is_initialized() else 1
+
+
 def shared_prefix_hidden(model, input_ids, attn, prompt_lens: list[int]):
     """``model.base_model(input_ids, attn).last_hidden_state[:, :-1]`` where it predicts a completion token (positions
     from each row's last prompt token on; zeros before), with each distinct prompt run through the model once.
@@ -79,7 +85,7 @@ def shared_prefix_hidden(model, input_ids, attn, prompt_lens: list[int]):
         groups.setdefault((P, tuple(input_ids[i, :P].tolist())), []).append(i)
     # nothing shared: one batched pass is cheaper, but not across ranks: every rank must run as many forwards (FSDP
     # gathers a layer's weights in each), and another rank's micro-batch may share its prompts
-    spread = torch.distributed.is_available() and torch.distributed.is_initialized()
+    spread = ranks(torch) > 1  # the trainer's ranks: a one-rank group (vLLM's, in process) is one process
     if len(groups) == B and not spread:
         return None
     dev = input_ids.device

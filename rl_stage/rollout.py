@@ -58,7 +58,13 @@ class Rollouts:
             raise
 
     def close(self) -> None:
-        self.grader.close()
+        """End the grading pool and shut the engine down (its memory back to the device or the process)."""
+        try:
+            self.grader.close()
+        finally:
+            engine = self.__dict__.pop("engine", None)
+            if engine is not None:
+                engine.close()
 
     def _start_engine(self, path: str, model_name: str) -> VLLMSampler | HFSampler:
         cfg = self.cfg
@@ -67,9 +73,11 @@ class Rollouts:
             # default returns the raw model's), so the rollout/trainer mismatch check compares like with like.
             # Colocated: in this process on this rank's device, sharing it with the trainer (memory share, sleep).
             sleep = cfg.vllm_sleep if cfg.vllm_sleep is not None else self.device == "cuda"
-            return VLLMSampler(path, self.scfg, model_name=model_name, dtype="bfloat16" if self.bf16 else None,
-                               logprobs_mode="processed_logprobs", colocate=True, sleep_mode=sleep,
-                               gpu_memory_utilization=cfg.vllm_gpu_memory_utilization)
+            args = {"dtype": "bfloat16" if self.bf16 else None, **cfg.vllm_engine_args}
+            if self.device == "cuda":  # the share of the GPU it leaves the trainer
+                args.setdefault("gpu_memory_utilization", cfg.vllm_gpu_memory_utilization)
+            return VLLMSampler(path, self.scfg, model_name=model_name, logprobs_mode="processed_logprobs", colocate=True,
+                               sleep_mode=sleep, device=self.device, **args)
         # transformers: one process samples from the trained model itself; sharded ranks each from a whole copy (``push``)
         return HFSampler(path, self.scfg, model_name=model_name, dtype="bfloat16" if self.bf16 else "float32",
                          model=self.model if self.pg.world == 1 else None, tokenizer=self.tokenizer,

@@ -47,12 +47,29 @@ __all__ = ["SAMPLERS", "TrainConfig", "TrainError", "Trainer", "make_sampler"]
 log = logging.getLogger(__name__)
 
 
+def where(torch, cfg: TrainConfig) -> tuple[str, bool]:
+    """The trainer's device and whether it computes in bf16 (``curate.difficulty.devices``): a GPU setting without a
+    GPU, or bf16 asked for on a GPU without it, is a ``TrainError``; a CPU run is said in one line."""
+    from curate.difficulty.devices import GPU_ENGINE_ARGS, DeviceError, pick_device, train_bf16
+
+    named = {"device": None, "vllm_sleep": True if cfg.vllm_sleep else None,
+             **{f"vllm_engine_args.{k}": v for k, v in cfg.vllm_engine_args.items() if k in GPU_ENGINE_ARGS}}
+    try:
+        device = pick_device(torch, cfg.device, "gradus train", named)
+        return device, train_bf16(torch, device, cfg.bf16)
+    except DeviceError as e:
+        raise TrainError(str(e)) from e
+
+
 class Trainer:
     rollouts: Rollouts  # the engine and the grader (setup)
     updater: Updater  # the policy update (setup)
 
     def __init__(self, cfg: TrainConfig, resume: bool = False):
         cfg.check()
+        import torch
+
+        self.device, self.bf16 = where(torch, cfg)  # before any work: a GPU asked for and not there stops here
         if cfg.template is None:  # train on the prompts as they were scored
             from rl_stage.data import scored_template
 
@@ -79,9 +96,7 @@ class Trainer:
 
         cfg = self.cfg
         self.torch = torch
-        self.pg.start(torch)
-        self.device = "cuda" if torch.cuda.is_available() else "cpu"
-        self.bf16 = cfg.bf16 if cfg.bf16 is not None else self.device == "cuda"
+        self.pg.start(torch, self.device)
         random.seed(cfg.seed)
         np.random.seed(cfg.seed)
         torch.manual_seed(cfg.seed)
@@ -104,14 +119,17 @@ class Trainer:
                 for name in ("metrics.jsonl", "eval.jsonl"):
                     (self.out / name).unlink(missing_ok=True)
         self.pg.barrier()  # every rank has looked before rank 0 writes
-        path, self.model_name = resolve_model(cfg.model)
+        # the default model is converted once, by rank 0; the others wait and find it (no ranks writing one folder)
+        path, self.model_name = self.pg.main_first(lambda: resolve_model(cfg.model))
         load_from = str(ckpt) if ckpt else path
         # Precision: the policy's weights and AdamW's state are fp32 whatever ``bf16`` says; bf16 is used for
         # compute only (autocast in the forward pass), as verl keeps its actor. A bf16 policy loses almost
         # every update at lr 1e-6 (a bf16 weight near 0.05 moves in steps of 2e-4).
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(path)
-            self.model = AutoModelForCausalLM.from_pretrained(load_from, dtype=torch.float32).to(self.device)
+            self.model = AutoModelForCausalLM.from_pretrained(load_from, dtype=torch.float32)
+            if self.pg.world == 1:  # several ranks: FSDP2 places each rank's shards (rl_stage.distributed.shard)
+                self.model.to(self.device)
         except (OSError, ValueError) as e:
             raise ModelError(f"cannot load model {load_from}: {e}") from e
         if self.tokenizer.pad_token_id is None:
@@ -125,7 +143,7 @@ class Trainer:
         if self.pg.world > 1:
             from rl_stage.distributed import shard
 
-            shard(self.model, self.policy)
+            shard(self.model, self.policy, self.bf16)
         self.ref = self.ref_policy = None
         if self.alg["kl_coef"] > 0:  # frozen: bf16 storage is fine; a whole copy on every rank
             ref_dtype = torch.bfloat16 if self.bf16 else torch.float32

@@ -8,6 +8,36 @@ from pathlib import Path
 import pytest
 
 REAL = Path(os.environ.get("GRADUS_REAL_DATA", Path(__file__).resolve().parents[1].parent / "shared" / "data"))
+# On a GPU machine the trainer tests run on CUDA (device auto). Bit-exact resume needs cuBLAS's fixed workspace and
+# torch's deterministic kernels (index_select's backward adds with atomics otherwise); set before CUDA starts.
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+
+
+def cuda() -> bool:
+    """Whether this run's tests compute on a CUDA device (the trainer's and engines' ``device = "auto"``)."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        return False
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def pytest_configure(config):
+    if cuda():
+        import torch
+
+        torch.use_deterministic_algorithms(True, warn_only=True)  # a kernel without a deterministic form warns
+
+
+def pytest_collection_modifyitems(config, items):
+    """``gpu`` tests run where CUDA is, and are skipped (saying so) elsewhere."""
+    gpu = [i for i in items if i.get_closest_marker("gpu")]
+    if gpu and not cuda():
+        skip = pytest.mark.skip(reason="needs a CUDA device (benchmarks/gpu_check.sh is the prepared check for a lent GPU)")
+        for i in gpu:
+            i.add_marker(skip)
 
 
 def write_easy_sums(folder: Path, n: int = 12) -> Path:

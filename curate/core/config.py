@@ -55,7 +55,7 @@ def load_file(path: str | Path) -> dict:
     return data
 
 
-def _suggest(name: str, known) -> str:
+def suggest(name: str, known) -> str:
     close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
 
@@ -63,7 +63,7 @@ def _suggest(name: str, known) -> str:
 def check_keys(data: dict, known, where: str) -> None:
     for k in data:
         if k not in known:
-            raise ConfigError(f"{where}: unknown setting {k!r}{_suggest(k, known)}; known: {', '.join(sorted(known))}")
+            raise ConfigError(f"{where}: unknown setting {k!r}{suggest(k, known)}; known: {', '.join(sorted(known))}")
 
 
 @cache
@@ -105,6 +105,8 @@ def coerce(value: Any, tp: Any, where: str) -> Any:
             return tuple(coerce(v, a, where) for v, a in zip(value, args, strict=True))
         return [coerce(v, args[0], where) for v in value] if args else list(value)
     if origin is dict:
+        if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):  # KEY=VALUE options
+            return dict(_key_value(v, where) for v in value)
         if not isinstance(value, dict):
             raise ConfigError(f"{where}: expected a table, got {value!r}")
         return dict(value)
@@ -114,6 +116,20 @@ def coerce(value: Any, tp: Any, where: str) -> Any:
             raise ConfigError(f"{where}: expected {what}, got {value!r}")
         return float(value) if tp is float else value
     return value
+
+
+def _key_value(text: str, where: str) -> tuple[str, Any]:
+    """``KEY=VALUE`` from the command line: the value read as JSON where it is JSON (numbers, true, lists), else text."""
+    import json
+
+    key, eq, raw = text.partition("=")
+    if not eq or not key.strip():
+        raise ConfigError(f"{where}: expected KEY=VALUE, got {text!r}")
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        value = raw
+    return key.strip(), value
 
 
 # scalar annotation -> (does a value fit, what to call it); bools are never numbers here
@@ -222,6 +238,9 @@ def add_options(parser: argparse.ArgumentParser, cls, skip=(), aliases: dict[str
         if base is bool:
             kw["action"] = argparse.BooleanOptionalAction
             kw["help"] = f"{h} (default: {'see above' if default is None else 'on' if default else 'off'})".strip()
+        elif typing.get_origin(base) is dict:
+            kw.update(action="append", type=str, metavar="KEY=VALUE")
+            kw["help"] = f"{h} (KEY=VALUE, repeatable)".strip()
         elif typing.get_origin(base) in (tuple, list):
             item = typing.get_args(base)[0] if typing.get_args(base) else str
             kw.update(action="append", type=item if item in (int, float) else str, metavar=f.name.upper())

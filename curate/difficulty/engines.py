@@ -151,13 +151,47 @@ def cpu_threads() -> dict:
     return {"omp_num_threads": str(n), "set_by": "gradus"}
 
 
-def _cpu_only() -> bool:
+def engine_device(device: str, what: str, engine_args: dict | None = None) -> str:
+    """``cuda`` or ``cpu`` for an engine (``curate.difficulty.devices.pick_device``): a GPU asked for (``device =
+    "cuda"`` or a GPU-only engine argument) and not there is an ``EngineError``; a CPU run is said in one line."""
+    from curate.difficulty.devices import GPU_ENGINE_ARGS, DeviceError, pick_device
+
     try:
         import torch
-
-        return not torch.cuda.is_available()
     except ImportError:
-        return True
+        if device == "cuda":
+            raise EngineError(f"{what}: device = cuda, but torch is not installed") from None
+        return "cpu"
+    named = {k: v for k, v in (engine_args or {}).items() if k in GPU_ENGINE_ARGS}
+    try:
+        return pick_device(torch, device, what, named)
+    except DeviceError as e:
+        raise EngineError(str(e)) from e
+
+
+# engine arguments gradus sets from its own settings: given again, they would contradict the run's record
+RESERVED_ENGINE_ARGS = ("model", "seed", "tokenizer")
+
+
+def check_engine_args(args: dict) -> None:
+    """User engine arguments (``engine_args``) checked against vLLM's own names (``EngineArgs``'s fields): one line
+    for a wrong name, with the nearest right one."""
+    import dataclasses
+
+    from curate.core.config import suggest
+
+    bad = [k for k in args if k in RESERVED_ENGINE_ARGS]
+    if bad:
+        raise EngineError(f"engine argument {bad[0]!r} is set by gradus from its own settings (model, seed): set those")
+    try:
+        from vllm.engine.arg_utils import EngineArgs
+    except ImportError:
+        return  # no vLLM: the engine's start says so
+    known = {f.name for f in dataclasses.fields(EngineArgs)}
+    for k in args:
+        if k not in known:
+            raise EngineError(f"unknown vLLM engine argument {k!r}{suggest(k, known)} (vLLM's EngineArgs names; "
+                              "e.g. tensor_parallel_size, gpu_memory_utilization, max_model_len, enforce_eager)")
 
 
 class VLLMSampler(Sampler):
@@ -166,18 +200,23 @@ class VLLMSampler(Sampler):
     backend = "vllm"
 
     def __init__(self, model_path: str, cfg: SamplingConfig, model_name: str | None = None, dtype: str | None = None,
-                 max_inflight: int | None = None, gpu_memory_utilization: float = 0.85, enable_prefix_caching: bool = True,
-                 colocate: bool = False, sleep_mode: bool = False, **engine_kwargs):
+                 max_inflight: int | None = None, gpu_memory_utilization: float | None = None, enable_prefix_caching: bool = True,
+                 colocate: bool = False, sleep_mode: bool = False, device: str = "auto", **engine_kwargs):
         """``colocate``: the engine shares the process (and device) with a trainer that pushes weights into it, so
         its engine core must run in this process whatever ``VLLM_ENABLE_V1_MULTIPROCESSING`` says: tensors cannot
         cross to an engine-core process through ``collective_rpc`` (they arrive as lists). Under torchrun on GPUs
         each rank gets its own engine through vLLM's ``external_launcher`` (TRL's colocate mode), which is in
         process too. ``sleep_mode``: vLLM's sleep mode (CUDA only), so a trainer can free the engine's weights and
-        KV cache while it updates (``sleep`` / ``wake``)."""
+        KV cache while it updates (``sleep`` / ``wake``). ``engine_kwargs``: vLLM's own engine arguments
+        (``tensor_parallel_size``, ``gpu_memory_utilization``, ``max_model_len``, ...), checked against its names and
+        passed on over gradus's defaults. ``close`` shuts the engine down and gives its memory back."""
         super().__init__(cfg)
-        cpu = _cpu_only()
+        check_engine_args(engine_kwargs)
+        self.device = engine_device(device, "vLLM", {"enable_sleep_mode": True if sleep_mode else None,
+                                                     "gpu_memory_utilization": gpu_memory_utilization, **engine_kwargs})
+        cpu = self.device == "cpu"
         self.omp = None
-        self.colocate, self.sleep_mode = colocate, sleep_mode and not cpu
+        self.colocate, self.sleep_mode = colocate, sleep_mode
         self.sleeping: set[str] = set()  # what ``sleep`` freed and no ``wake`` has brought back yet
         if colocate:
             _in_process_engine()
@@ -196,7 +235,11 @@ class VLLMSampler(Sampler):
         self.model_path, self.model_name = model_path, model_name or model_path
         # problems in the engine at once: enough to keep it saturated, few enough that results flow early
         self.max_inflight = max_inflight or (24 if cpu else 512)
-        kwargs = dict(model=model_path, dtype=dtype or ("float32" if cpu else "bfloat16"), seed=cfg.seed,
+        import torch
+
+        from curate.difficulty.devices import engine_dtype
+
+        kwargs = dict(model=model_path, dtype=dtype or engine_dtype(torch, self.device), seed=cfg.seed,
                       max_model_len=cfg.max_prompt_tokens + cfg.max_tokens, enable_prefix_caching=enable_prefix_caching,
                       use_tqdm_on_load=logging.getLogger().isEnabledFor(logging.INFO))
         if cpu:
@@ -205,7 +248,7 @@ class VLLMSampler(Sampler):
             # offset, which torch does not support ("CPU Generator does not use offset").
             kwargs.update(enforce_eager=True, enable_chunked_prefill=False)
         else:
-            kwargs["gpu_memory_utilization"] = gpu_memory_utilization
+            kwargs["gpu_memory_utilization"] = gpu_memory_utilization or 0.85  # our default for a whole GPU
             if self.sleep_mode:
                 kwargs["enable_sleep_mode"] = True
             if colocate and int(os.environ.get("WORLD_SIZE", "1")) > 1:
@@ -279,6 +322,34 @@ class VLLMSampler(Sampler):
 
     def info(self) -> dict:
         return {**super().info(), **({"cpu_threads": self.omp} if self.omp else {})}
+
+    def close(self) -> None:
+        """Shut the engine down and give its memory back: the engine core and its workers (which also end the process
+        group vLLM started in this process), then the weights and KV cache once nothing refers to them. Without it a
+        second engine in the same process (estimation, then training, in one flow) starts beside the first one's
+        memory, and vLLM's sleep-mode allocator refuses a second instance ("CuMem allocator can only be used for one
+        instance per process"). Idempotent."""
+        llm = self.__dict__.pop("llm", None)
+        if llm is None:
+            return
+        self.engine = None
+        core = getattr(llm.llm_engine, "engine_core", None)
+        try:
+            if self.sleeping:  # vLLM frees what it tracks as mapped: bring slept memory back before it is freed
+                llm.wake_up()
+            if core is not None:  # the workers, the KV cache, and vLLM's process group (under torchrun, the run's)
+                core.shutdown()
+        except Exception as e:  # noqa: BLE001 - shutting down must not hide what ended the run
+            log.warning("vLLM engine shutdown: %s: %s", type(e).__name__, e)
+        del llm, core
+        import gc
+
+        gc.collect()
+        if self.device == "cuda":
+            import torch
+
+            torch.cuda.empty_cache()
+        self.sleeping.clear()
 
     def push_weights(self, named_tensors) -> float:
         """Load new weights into the running engine (GRPO rollouts); returns seconds taken.
@@ -378,12 +449,14 @@ class HFSampler(Sampler):
             raise EngineError("backend 'hf' needs the engines extra: pip install -e '.[engines]'") from e
         self.torch = torch
         self.model_path, self.model_name = model_path, model_name or model_path
-        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        self.device = engine_device(device or "auto", "transformers")
         try:
             self.tokenizer = tokenizer or AutoTokenizer.from_pretrained(model_path)
             if model is None:
+                from curate.difficulty.devices import engine_dtype
+
                 td = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[
-                    dtype or ("float32" if self.device == "cpu" else "bfloat16")]
+                    dtype or engine_dtype(torch, self.device)]
                 model = AutoModelForCausalLM.from_pretrained(model_path, dtype=td).to(self.device)
         except (OSError, ValueError) as e:
             raise EngineError(f"transformers could not load {model_path}: {e}") from e

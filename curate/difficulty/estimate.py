@@ -33,6 +33,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -112,6 +113,10 @@ class EstimateConfig:
     limit: int | None = None  # score only the first N input rows (a sample; the manifest says so)
     concurrency: int = 8  # backend openai: requests in flight (our choice; raise it for a fleet)
     sequential: AdaptiveConfig = field(default_factory=AdaptiveConfig)  # adaptive sampling, resampling of the ends
+    device: str = "auto"  # auto | cuda | cpu (vllm, hf); cuda without a GPU is an error, never a CPU run
+    # vLLM's own engine arguments over gradus's defaults, e.g. {tensor_parallel_size = 8, gpu_memory_utilization =
+    # 0.9, max_model_len = 8192}; on the command line --engine-args KEY=VALUE (repeatable). Checked against vLLM's names
+    engine_args: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self):
         from curate.difficulty.engines import BACKENDS
@@ -125,6 +130,11 @@ class EstimateConfig:
             raise ConfigError("limit must be >= 1")
         if self.backend == "openai" and not self.base_url:
             raise ConfigError("backend openai needs base_url (e.g. http://localhost:8000/v1)")
+        from curate.difficulty.devices import DEVICES
+
+        check_choice("device", self.device, DEVICES)
+        if self.engine_args and self.backend != "vllm":
+            raise ConfigError(f"engine_args are vLLM's engine arguments: backend {self.backend} takes none")
         q = self.sequential
         if q.resample_ends and not q.adaptive and q.k_max <= self.sampling.k:
             raise ConfigError(f"resample_ends needs k_max ({q.k_max}) above k ({self.sampling.k})")
@@ -134,6 +144,9 @@ class EstimateConfig:
         d["sampling"] = self.sampling.as_dict()
         if not self.sequential.active:
             d.pop("sequential")  # fixed k: the identity of every run before sequential sampling existed
+        for name, unset in (("device", "auto"), ("engine_args", {})):  # recorded where given, as new settings are
+            if d[name] == unset:
+                d.pop(name)
         return d
 
 
@@ -376,7 +389,9 @@ class Estimator:
         self.stats["chunks_done_before"] = len(done)
         if not todo_chunks:
             return
-        extra = {"concurrency": cfg.concurrency} if cfg.backend == "openai" else {}
+        extra: dict[str, Any] = {"concurrency": cfg.concurrency} if cfg.backend == "openai" else {"device": cfg.device}
+        if cfg.backend == "vllm":
+            extra.update(cfg.engine_args)
         sampler = self._sampler or make_sampler(cfg.backend, cfg.model, s, base_url=cfg.base_url, **extra)
         self.sampler = sampler
         info = self.info

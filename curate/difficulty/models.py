@@ -66,10 +66,30 @@ def gguf_path() -> Path:
 
 
 def convert_default(dest: Path | None = None, force: bool = False) -> Path:
-    """Dequantize the bundled GGUF into a safetensors folder (once; later calls return the folder)."""
+    """Dequantize the bundled GGUF into a safetensors folder (once; later calls return the folder). Processes that
+    convert at the same time (torchrun's ranks, two commands) take turns on a lock beside the folder: the first
+    converts, the others find the folder made."""
+    import fcntl
+
     dest = Path(dest or default_model_dir())
-    if (dest / "model.safetensors").exists() and (dest / "config.json").exists() and not force:
+    if _converted(dest) and not force:
         return dest
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(dest.with_name(dest.name + ".lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        if _converted(dest) and not force:  # another process converted it while this one waited
+            return dest
+        return _convert(dest)
+    finally:
+        os.close(fd)
+
+
+def _converted(dest: Path) -> bool:
+    return (dest / "model.safetensors").exists() and (dest / "config.json").exists()
+
+
+def _convert(dest: Path) -> Path:
     src = gguf_path()
     try:
         from transformers import AutoModelForCausalLM, AutoTokenizer

@@ -138,3 +138,60 @@ def test_a_sleeping_vllm_engine_wakes_only_what_sleeps_by_name():
         e.push_weights(iter([]))
     assert calls[-1] == ("wake_up", ["weights"])  # the weights woke for the push, the KV cache sleeps on
     assert e.sleeping == {"kv_cache"}
+
+
+def _rss_mib() -> float:
+    import os
+
+    return int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+@needs_vllm
+def test_an_estimate_then_training_in_one_process_gives_the_first_engines_memory_back(small_set, tmp_path, monkeypatch):
+    """What a flow with [difficulty] and [train] does in one process: the estimator's vLLM engine is shut down when
+    the stage ends (its weights and 1 GiB KV cache given back), so the trainer's engine starts alone, and it is shut
+    down in turn when the run ends."""
+    import gc
+    import weakref
+
+    import vllm
+
+    from curate.select.export import ExportConfig, export
+    from rl_stage.trainer import TrainConfig, Trainer
+
+    made: list = []  # every engine started in this test, held weakly
+    start = vllm.LLM.__init__
+
+    def init(self, *a, **k):
+        made.append(weakref.ref(self))
+        start(self, *a, **k)
+
+    monkeypatch.setattr(vllm.LLM, "__init__", init)
+
+    def live_engines():
+        gc.collect()
+        return sum(r() is not None for r in made)
+
+    base = _rss_mib()
+    cfg = EstimateConfig(backend="vllm", store=None, sampling=SamplingConfig(k=2, max_tokens=8))
+    estimate([small_set[0]], tmp_path / "scored", cfg, progress=False)
+    assert len(made) == 1 and live_engines() == 0
+    after_estimate = _rss_mib()
+    export([tmp_path / "scored"], tmp_path / "export", ExportConfig(include_ends=True))
+    t = Trainer(TrainConfig(data=[str(tmp_path / "export")], out=str(tmp_path / "run"), preset="dr_grpo", steps=1,
+                            prompts_per_step=2, group_size=2, max_tokens=8, save_every=1))
+    during: list[float] = []
+    real_step = t.train_step
+
+    def step():
+        during.append(_rss_mib())
+        assert live_engines() == 1  # the trainer's own, and no other
+        return real_step()
+
+    t.train_step = step  # type: ignore[method-assign]
+    (m,) = t.run(progress=False)
+    assert m["step"] == 1 and len(made) == 2 and live_engines() == 0
+    # the estimator's engine (its 1 GiB KV cache and 0.5 GiB of weights) was not held beside the trainer's: the
+    # trainer's process, with its own engine, its model and AdamW, stays below what two engines would add
+    assert after_estimate - base < 1024, (base, after_estimate)
+    assert during[0] - after_estimate < 3 * 1024, (after_estimate, during)

@@ -41,6 +41,13 @@ def _lines(path: Path) -> list[dict]:
     return [json.loads(x) for x in path.read_text().splitlines()]
 
 
+def _device() -> str:
+    """Two ranks need two GPUs (one each); on a machine with fewer both runs compute on the CPU (gloo)."""
+    import torch
+
+    return "cuda" if torch.cuda.device_count() >= 2 else "cpu"
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     from curate.select.export import ExportConfig, export
@@ -50,7 +57,7 @@ def runs(tmp_path_factory):
     base = dict(data=[str(d / "export")], eval_data=[str(d / "export")], eval_prompts=4, eval_k=2, rollout_backend="hf",
                 template="fewshot", preset="dapo", dynamic_sampling=False, mini_batches=2, prompts_per_step=4, group_size=4,
                 max_tokens=32, steps=2, save_every=1, keep_checkpoints=1, lr=1e-5, micro_batch_size=3, seed=1,
-                rollout_batch_prompts=1)
+                rollout_batch_prompts=1, bf16=False, device=_device())
     for name in ("one", "two", "half"):
         (d / f"{name}.json").write_text(json.dumps({**base, "out": str(d / name), **({"steps": 1} if name == "half" else {})}))
     _train(d / "one.json")

@@ -220,8 +220,11 @@ def test_vllm_rollouts_and_trainer_agree_on_log_probs_at_temperature_0_6(export_
 
     cfg = _cfg(export_dir, tmp_path / "vl", rollout_backend="vllm", temperature=0.6, steps=1, save_every=1,
                mini_batches=1)
-    (m,) = Trainer(cfg).run(progress=False)
-    assert m["rollout_logp_abs_diff"] is not None and m["rollout_logp_abs_diff"] < 1e-3, m["rollout_logp_abs_diff"]
+    t = Trainer(cfg)
+    (m,) = t.run(progress=False)
+    # fp32 on CPU agrees to 1e-3 nats a token; bf16 compute (a GPU's default) rounds each log-prob to about 1e-2
+    tol = 2e-2 if t.bf16 else 1e-3
+    assert m["rollout_logp_abs_diff"] is not None and m["rollout_logp_abs_diff"] < tol, m["rollout_logp_abs_diff"]
 
 
 def test_evaluation_reads_every_eval_folder(tmp_path):
