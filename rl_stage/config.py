@@ -145,6 +145,11 @@ class TrainConfig:
     def check(self) -> None:
         if not self.data:
             raise TrainError("no training data: set `data` to gradus export folders")
+        import math
+
+        for name in ("lr", "max_grad_norm", "temperature", "weight_decay", "format_reward", "prior_strength"):
+            if not math.isfinite(getattr(self, name)):
+                raise TrainError(f"{name} must be a finite number, got {getattr(self, name)}")
         for name in ("lr", "max_grad_norm", "temperature"):
             if not getattr(self, name) > 0:
                 raise TrainError(f"{name} must be > 0, got {getattr(self, name)}")

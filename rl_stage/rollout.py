@@ -27,7 +27,8 @@ class Rollout:
     gen_s: float = 0.0
     reward_s: float = 0.0
     target: int = 0  # groups a step trains on: prompts_per_step, or the whole stage when it is smaller
-    short: bool = False  # dynamic sampling ended below the target (max_gen_batches reached)
+    short: bool = False  # dynamic sampling ended below the target (max_gen_batches reached, or the pool drawn)
+    pool_drawn: bool = False  # every prompt of the pool was drawn in this step: no more rounds could be had
     boxed: list[bool] = field(default_factory=list)  # every generated completion: has an explicit answer
     completions: int = 0  # every generated completion, dropped groups' too
     by_bucket: dict = field(default_factory=dict)  # offline bucket -> [correct, completions] of every generated group

@@ -217,10 +217,12 @@ class Trainer:
         limit = (cfg.max_gen_batches or None) if dynamic else 1
         ro.target = target = min(cfg.prompts_per_step, self.sampler.size)
         kept_ids: set[str] = set()
+        drawn: set[int] = set()  # the pool's rows drawn in this step
         while len(ro.kept) < target and (limit is None or ro.gen_rounds < limit):
             prompts = self.sampler.sample(cfg.prompts_per_step, need=target - len(ro.kept) if dynamic else None)
             if not prompts:  # every prompt of the pool was drawn in this step already
                 break
+            drawn.update(x.index for x in prompts)
             groups, n_long, gen_s, reward_s = self.rollouts.round(prompts, f"{self.step}/{ro.gen_rounds}")
             ro.gen_s += gen_s
             ro.reward_s += reward_s
@@ -248,6 +250,7 @@ class Trainer:
                          self.step + 1, len(ro.kept), target, ro.gen_rounds,
                          "" if limit is None or ro.gen_rounds < limit else "; max_gen_batches reached")
         ro.short = dynamic and len(ro.kept) < target
+        ro.pool_drawn = ro.short and len(drawn) >= self.sampler.size
         ro.kept = ro.kept[:target]
         return ro
 
@@ -284,6 +287,12 @@ class Trainer:
         if ro.short:
             skip = (f"short batch: {len(ro.kept)} of {ro.target} groups with a learning signal after {ro.gen_rounds} "
                     "generation batches")
+            if ro.pool_drawn:  # raising max_gen_batches cannot help: there is nothing left to draw
+                skip += f": every one of the {self.sampler.size} prompts in the pool was drawn in this step"
+            if self.cfg.short_batch == "error" and ro.pool_drawn:
+                raise TrainError(f"step {self.step + 1}: {skip}, and only {len(ro.kept)} carried a learning signal. Use "
+                                 f"a larger pool (more prompts, or prompts nearer the model's level), a prompts_per_step "
+                                 f"of at most {len(ro.kept) or 1}, or short_batch = 'skip' to skip such steps")
             if self.cfg.short_batch == "error":
                 raise TrainError(f"step {self.step + 1}: {skip} (max_gen_batches {self.cfg.max_gen_batches}): the prompts "
                                  "are too easy or too hard for the model. Raise max_gen_batches (0: no limit), or set "

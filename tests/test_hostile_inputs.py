@@ -128,3 +128,101 @@ def test_a_flow_whose_every_source_fails_says_so_in_a_line(tmp_path, capsys, pre
     cfg.write_text(f'sources = [{{spec = "{tmp_path / "a.jsonl"}", name = "a", format = "parquet"}}]\n')
     assert main(["flow", "run", str(cfg), "--out", str(tmp_path / "o")]) == 2
     assert _err(capsys).startswith("gradus flow: error: no source could be read: ")
+
+
+def test_a_link_where_gradus_writes_its_lock_or_a_temporary_file_is_refused_and_its_target_kept(tmp_path, capsys):
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"problem": "What is 1+1?", "answer": "2"}\n')
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / ".gradus-stage.lock").symlink_to(victim)
+    assert main(["ingest", str(src), "--out", str(out)]) == 2
+    assert _err(capsys).endswith(".gradus-stage.lock is a symbolic link: gradus writes no file through a link; remove "
+                                 "it or use another folder")
+    (out / ".gradus-stage.lock").unlink()
+    (out / ".gradus-stage.json.tmp").symlink_to(victim)  # named like the marker's temporary file
+    assert main(["ingest", str(src), "--out", str(out)]) == 2
+    assert ".gradus-stage.json.tmp is a symbolic link" in _err(capsys)
+    assert victim.read_text() == "precious\n" and (out / ".gradus-stage.json.tmp").is_symlink()
+
+
+def test_non_finite_numbers_never_reach_a_json_file_or_a_run(tmp_path, capsys):
+    from curate.core.shards import write_json_atomic
+
+    write_json_atomic(tmp_path / "m.json", {"a": float("nan"), "b": [float("inf"), 1.5], "c": {"d": -float("inf")}})
+    strict = json.loads((tmp_path / "m.json").read_text(), parse_constant=lambda c: pytest.fail(f"{c} in the file"))
+    assert strict == {"a": None, "b": [None, 1.5], "c": {"d": None}}
+    for value in ("nan", "inf"):
+        assert main(["estimate", str(tmp_path), "--out", str(tmp_path / "e"), "--temperature", value, "--dry-run"]) == 2
+        assert f"temperature={value}" in _err(capsys)
+        assert main(["train", "--data", str(tmp_path), "--out", str(tmp_path / "t"), "--temperature", value, "--dry-run"]) == 2
+        assert _err(capsys) == f"gradus train: error: temperature must be a finite number, got {value}"
+    assert main(["estimate", str(tmp_path), "--out", str(tmp_path / "e"), "--temperature", "0", "--dry-run"]) == 2
+    assert "temperature 0 is greedy decoding: all k=10 samples would be one and the same" in _err(capsys)
+    assert not (tmp_path / "e").exists() and not (tmp_path / "t").exists()
+
+
+def test_golds_keep_the_digits_the_file_wrote_and_non_finite_ones_are_rejected(tmp_path):
+    # through a float: 2^100 -> 1.2676506002282294e+30, 10^18 + 1 -> 1e+18, 2^60 + 1 -> 1.152921504606847e+18,
+    # 1e400 -> inf, 0.33333333333333333 -> 0.3333333333333333, NaN and Infinity -> the golds "nan" and "inf"
+    lines = ['{"problem": "What is 2^100?", "answer": 1267650600228229401496703205376}',
+             '{"problem": "What is 10^18 + 1?", "answer": 1000000000000000001}',
+             '{"problem": "What is 2^60 + 1?", "answer": 1152921504606846977}',
+             '{"problem": "What is 10^400?", "answer": 1e400}',
+             '{"problem": "What is 1/3 to 17 places?", "answer": 0.33333333333333333}',
+             '{"problem": "What is 5/2 to two places?", "answer": 2.50}',
+             '{"problem": "What is 0/0?", "answer": NaN}',
+             '{"problem": "What is 1/0?", "answer": -Infinity}']
+    src = tmp_path / "golds.jsonl"
+    src.write_text("\n".join(lines) + "\n")
+    arr = tmp_path / "golds.json"  # the same rows as one JSON array
+    arr.write_text("[" + ",".join(lines) + "]")
+    want = ["1267650600228229401496703205376", "1000000000000000001", "1152921504606846977", "1e400",
+            "0.33333333333333333", "2.50"]
+    for i, s in enumerate((src, arr)):
+        out = tmp_path / f"o{i}"
+        ingest(str(s), out)
+        assert read_table(out / "kept")["answer"].to_pylist() == want
+        rej = read_table(out / "rejected").to_pylist()
+        assert [(r["reject_reason"], r["reject_detail"]) for r in rej] == [
+            ("ingest_non_finite_number", "non_finite_number:answer=NaN"),
+            ("ingest_non_finite_number", "non_finite_number:answer=-Infinity")]
+
+
+def test_one_bad_byte_rejects_its_row_naming_file_and_line(tmp_path):
+    src = tmp_path / "latin.jsonl"
+    src.write_bytes(b'{"problem": "What is 1+1?", "answer": "2"}\n{"problem": "Caf\xe9: what is 2+2?", "answer": "4"}\n'
+                    b'{"problem": "What is 3+3?", "answer": "6"}\n')
+    ingest(str(src), tmp_path / "o")
+    assert read_table(tmp_path / "o" / "kept")["answer"].to_pylist() == ["2", "6"]
+    (r,) = read_table(tmp_path / "o" / "rejected").to_pylist()
+    assert (r["source_id"], r["reject_reason"]) == ("latin.jsonl:1", "ingest_invalid_utf8")
+
+
+def test_sources_refuse_fifos_follow_no_link_loop_and_read_each_file_once(tmp_path, capsys):
+    import os
+    import time
+
+    d = tmp_path / "d"
+    (d / "sub").mkdir(parents=True)
+    rows = "".join(f'{{"problem": "What is {i}+1?", "answer": "{i + 1}"}}\n' for i in range(5))
+    (d / "a.jsonl").write_text(rows)
+    (d / "self").symlink_to(".")  # a loop: glob's recursive mode read a.jsonl 41 times through it
+    (d / "sub" / "loop1").symlink_to("loop2")
+    (d / "sub" / "loop2").symlink_to("loop1")
+    (d / "alias.jsonl").symlink_to("a.jsonl")  # a second name of the same file
+    os.mkfifo(d / "pipe.jsonl")  # opened, a FIFO blocks its reader forever
+    os.mkfifo(tmp_path / "p.json")
+    assert main(["ingest", str(tmp_path / "p.json"), "--out", str(tmp_path / "o0")]) == 2
+    assert _err(capsys).endswith("p.json: not a regular file (a FIFO); gradus reads files, folders and globs")
+    for i, spec in enumerate((str(d), f"{d}/**/*.jsonl", f"{d}/**")):
+        t0 = time.monotonic()
+        out = tmp_path / f"o{i + 1}"
+        ingest(spec, out)
+        assert time.monotonic() - t0 < 30
+        assert read_table(out / "kept").num_rows == 5  # a.jsonl, once
+        skipped = json.loads((out / "manifest.json").read_text())["stats"]["files_not_read"]
+        assert skipped["alias.jsonl"] == "the same file as a.jsonl (read once)"
+        assert skipped["pipe.jsonl"] == "not a regular file (a FIFO)"

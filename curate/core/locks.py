@@ -15,7 +15,7 @@ import socket
 from datetime import UTC, datetime
 from pathlib import Path
 
-from curate.core.errors import GradusError
+from curate.core.errors import GradusError, open_no_follow
 
 
 class FolderBusy(GradusError):
@@ -39,7 +39,7 @@ class FolderLock:
         self.crashed: dict | None = None  # what ``acquire`` found, for whoever settles it
 
     def acquire(self) -> dict | None:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = open_no_follow(self.path, os.O_RDWR | os.O_CREAT)  # a link here would have its target truncated
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as e:

@@ -26,6 +26,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from curate.core.errors import open_no_follow
+
 ROWS_PER_SHARD = 100_000  # bounds memory: a stage holds at most one shard's worth of rows
 ROW_GROUP_SIZE = 10_000
 READ_BATCH = 16_384
@@ -260,6 +262,9 @@ def atomic_path(path: Path, sync: bool = True) -> Iterator[Path]:
     removed. The one way gradus writes a file whole."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
+    # made here, refusing a link by that name (a writer opening the name would write the link's target); a plain file
+    # there is a temporary a killed run of gradus left
+    os.close(open_no_follow(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC))
     try:
         yield tmp
         if sync:
@@ -276,6 +281,21 @@ def write_text_atomic(path: Path, text: str) -> None:
 
 
 def write_json_atomic(path: Path, obj: dict) -> None:
+    """``obj`` as JSON, whole or not at all. A non-finite number (NaN, infinity: a mean of nothing, a setting given as
+    nan) is written as null, so the file is JSON for every reader (Python's own ``NaN`` literal is not)."""
     with atomic_path(path) as tmp, open(tmp, "w") as f:
-        json.dump(obj, f, indent=2, sort_keys=True, default=str)
+        json.dump(finite(obj), f, indent=2, sort_keys=True, default=str, allow_nan=False)
         f.write("\n")
+
+
+def finite(obj):
+    """``obj`` with every non-finite float (NaN, +-infinity) inside it replaced by None."""
+    import math
+
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: finite(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [finite(v) for v in obj]
+    return obj

@@ -52,8 +52,14 @@ class SamplingConfig:
     def __post_init__(self):
         if self.k < 1:
             raise ValueError(f"k must be >= 1, got {self.k}")
-        if self.temperature < 0 or not 0 < self.top_p <= 1:
-            raise ValueError(f"bad sampling parameters: temperature={self.temperature} top_p={self.top_p}")
+        import math
+
+        if not (math.isfinite(self.temperature) and self.temperature >= 0) or not 0 < self.top_p <= 1:
+            raise ValueError(f"bad sampling parameters: temperature={self.temperature} (a number >= 0) top_p={self.top_p} "
+                             "(in (0, 1])")
+        if self.temperature == 0 and self.k > 1:
+            raise ValueError(f"temperature 0 is greedy decoding: all k={self.k} samples would be one and the same; give a "
+                             "temperature above 0 (Kimi k1.5 samples at a high one), or k = 1")
         if self.max_tokens < 1 or self.max_prompt_tokens < 1:
             raise ValueError(f"max_tokens and max_prompt_tokens must be >= 1, got {self.max_tokens}, {self.max_prompt_tokens}")
 

@@ -27,7 +27,7 @@ import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
 from curate.core.errors import SourceError
-from curate.sources.rows import BATCH_ROWS, rows_to_table
+from curate.sources.rows import BATCH_ROWS, json_loads, rows_to_table
 
 # arrow: a datasets.save_to_disk folder; synthetic and reasoning_gym: generators
 FORMATS = ("jsonl", "json", "csv", "parquet", "arrow", "hf", "synthetic", "reasoning_gym")
@@ -81,28 +81,77 @@ def _scan(spec: str) -> tuple[list[Path], dict[str, str]]:
     if root is None:
         p = Path(spec)
         return ([p] if p.is_file() else []), {}
-    if GLOB & set(spec):
-        import glob
-
-        found = sorted(Path(x) for x in glob.glob(spec, recursive=True) if Path(x).is_file())
-    elif is_saved_dataset(root):
-        found = sorted(x for x in root.rglob("*") if x.is_file())
-    else:
-        found = sorted(x for x in root.rglob("*") if x.is_file())
+    pattern = Path(spec).parts[len(root.parts):] if GLOB & set(spec) else None
     inside = root.resolve()
     files, skipped = [], {}
-    for f in found:
+    seen: dict[Path, str] = {}  # each file is read once, however many names (links) lead to it
+    for f, kind in sorted(_walk(root)):  # in path order, as the files of a source always were
         rel = f.relative_to(root)
+        if pattern is not None and not _glob_match(pattern, rel.parts):
+            continue
         if any(part.startswith(".") for part in rel.parts):
             continue  # hidden files and a cache's .lock files: not data
+        if kind != "file":
+            skipped[str(rel)] = kind
+            continue
         real = f.resolve()
         if real != inside and inside not in real.parents:
             skipped[str(rel)] = f"a link to {real}, outside the source folder"
-        elif not is_saved_dataset(root) and not GLOB & set(spec) and _file_format(f) is None:
+        elif real in seen:
+            skipped[str(rel)] = f"the same file as {seen[real]} (read once)"
+        elif pattern is None and not is_saved_dataset(root) and _file_format(f) is None:
             skipped[str(rel)] = f"not a data file ({f.suffix or 'no suffix'}: {', '.join(sorted(SUFFIXES))}, optionally .gz)"
         else:
+            seen[real] = str(rel)
             files.append(f)
     return files, skipped
+
+
+def _walk(root: Path) -> Iterator[tuple[Path, str]]:
+    """Every entry under ``root`` in sorted order, as (path, kind): ``file`` for a regular file (or a link to one), else
+    why it is not read. Links to folders are not followed (a ``self -> .`` link or a loop of links would be read
+    forever, or the same files many times); FIFOs, devices and sockets are never opened (a FIFO blocks a reader)."""
+    import os
+    import stat
+
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        dirnames.sort()
+        d = Path(dirpath)
+        for name in sorted(filenames + [x for x in dirnames if (d / x).is_symlink()]):
+            f = d / name
+            try:
+                st = f.stat()
+            except OSError:
+                yield f, "a broken link (or a link loop)"
+                continue
+            if stat.S_ISREG(st.st_mode):
+                yield f, "file"
+            elif stat.S_ISDIR(st.st_mode):
+                yield f, "a link to a folder (not followed)"
+            else:
+                yield f, f"not a regular file ({_special(st.st_mode)})"
+
+
+def _special(mode: int) -> str:
+    import stat
+
+    return ("a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
+            else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a file")
+
+
+def _glob_match(pattern: tuple[str, ...], parts: tuple[str, ...]) -> bool:
+    """Whether a relative path's parts match a glob's parts (``**`` matches any number of folders, as ``glob``'s
+    recursive mode; other parts by ``fnmatch`` case-sensitively, a leading dot matched only by a leading dot)."""
+    from fnmatch import fnmatchcase
+
+    if not pattern:
+        return not parts
+    head, rest = pattern[0], pattern[1:]
+    if head == "**":
+        return any(_glob_match(rest, parts[i:]) for i in range(len(parts) + 1))
+    if not parts or (parts[0].startswith(".") and not head.startswith(".")):
+        return False
+    return fnmatchcase(parts[0], head) and _glob_match(rest, parts[1:])
 
 
 def detect_format(spec: str) -> str:
@@ -127,6 +176,9 @@ def detect_format(spec: str) -> str:
             raise SourceError(f"{spec}: unknown file type {fmt!r}")
         return _json_or_lines(files[0]) if fmt == "json" else fmt
     if p.exists():
+        if not p.is_file():  # a FIFO would block the reader forever; a device is not data
+            raise SourceError(f"{spec}: not a regular file ({_special(p.stat().st_mode)}); gradus reads files, folders "
+                              "and globs")
         one = _file_format(p)
         if one is None:
             raise SourceError(f"{spec}: unknown file type {p.suffix!r}; use --format one of {', '.join(FORMATS)}")
@@ -215,7 +267,7 @@ def _jsonl_slow(path: Path) -> Iterator[pa.Table]:
             batch.append((rowno, raw[:200].decode("utf-8", "replace"), f"invalid_utf8:{e.start}"))
         else:
             try:
-                batch.append((rowno, json.loads(line), None))
+                batch.append((rowno, json_loads(line), None))
             except json.JSONDecodeError as e:
                 batch.append((rowno, line[:200], f"malformed_json:{e.msg}"))
             except RecursionError:  # nested deeper than Python parses: one rejected row, not a traceback
@@ -233,6 +285,12 @@ def _jsonl_fast(path: Path) -> Iterator[pa.Table]:
         reader = pajson.open_json(path, read_options=pajson.ReadOptions(block_size=8 << 20))
         for rb in reader:
             t = pa.Table.from_batches([rb])
+            for name, col in zip(t.column_names, t.columns, strict=True):
+                if pa.types.is_string(col.type):  # arrow's JSON reader does not check UTF-8 inside strings: a bad
+                    col.validate(full=True)  # byte would fail the whole file later; the slow path rejects its row
+                elif pa.types.is_floating(col.type):  # arrow read numbers through a double: 2^100, 0.333...3 and
+                    raise FastPathFailed(f"column {name!r} holds numbers with a fraction or exponent, or integers "
+                                         "past 64 bits: read line by line to keep their digits")  # 1e400 lose digits
             yield _stringify(t, row0)
             row0 += t.num_rows
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, UnicodeDecodeError, OSError) as e:
@@ -243,7 +301,7 @@ def _json_array(path: Path) -> Iterator[pa.Table]:
     """A file holding one JSON array (DeepScaleR, ORZ). Small files by nature: parsed whole."""
     raw = path.read_bytes()
     try:
-        data = json.loads(raw.decode("utf-8"))
+        data = json_loads(raw.decode("utf-8"))
     except UnicodeDecodeError as e:
         raise SourceError(f"{path}: not UTF-8 at byte {e.start}; a JSON array cannot be split into rows") from e
     except json.JSONDecodeError as e:

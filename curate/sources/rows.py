@@ -11,17 +11,51 @@ BATCH_ROWS = 16_384
 MAX_FIELD_BYTES = 1 << 20  # a single field over 1 MiB is junk for a math problem; kept as a rejected row
 
 
+class JsonNumber(str):
+    """A JSON number with a fraction or an exponent, as its literal text: ``0.33333333333333333``, ``1e400`` and
+    ``2.50`` stay what the file wrote (through a float they would lose digits, become ``inf``, or drop the zero). JSON
+    integers are exact as Python ints and stay ints."""
+
+    __slots__ = ()
+
+
+class NonFinite(JsonNumber):
+    """``NaN``, ``Infinity`` or ``-Infinity``: literals JSON does not have, which Python's reader accepts. A row
+    holding one as a field is rejected (``non_finite_number``): as a gold it would be a wrong reward."""
+
+    __slots__ = ()
+
+
+def json_loads(text: str):
+    """``json.loads`` keeping every number with a fraction or exponent as its literal text (``JsonNumber``) and marking
+    non-finite literals (``NonFinite``) instead of reading them as floats."""
+    return json.loads(text, parse_float=JsonNumber, parse_constant=NonFinite)
+
+
+def _plain(v: object) -> object:
+    """A nested value ready for ``json.dumps``: literal numbers back to numbers (nested, they are not golds)."""
+    if isinstance(v, JsonNumber):
+        return float(v)
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_plain(x) for x in v]
+    return v
+
+
 def _value_to_str(v: object) -> tuple[str | None, str | None]:
     """(text, kind-if-not-a-scalar)."""
     if v is None:
         return None, None
+    if isinstance(v, JsonNumber):
+        return str(v), "number"  # its literal text, digit for digit
     if isinstance(v, str):
         return v, None
     if isinstance(v, bool):
         return json.dumps(v), "bool"
     if isinstance(v, int | float):
         return str(v), "number"  # a number where text may be wanted: an adapter rejects a problem that is one
-    return json.dumps(v, ensure_ascii=False), type(v).__name__
+    return json.dumps(_plain(v), ensure_ascii=False), type(v).__name__
 
 
 def batched_tables(rows: Iterable[tuple[int, object, str | None]]) -> Iterator[pa.Table]:
@@ -53,6 +87,8 @@ def rows_to_table(rows: list[tuple[int, object, str | None]]) -> pa.Table:
         nonscalar = []
         if isinstance(v, dict):
             for k in keys:
+                if isinstance(v.get(k), NonFinite):
+                    bad = bad or f"non_finite_number:{k}={v[k]}"
                 s, kind = _value_to_str(v.get(k))
                 if kind:
                     nonscalar.append(f"{k}:{kind}")
@@ -64,7 +100,7 @@ def rows_to_table(rows: list[tuple[int, object, str | None]]) -> pa.Table:
         else:
             for k in keys:
                 cols[k].append(None)
-            s = v if isinstance(v, str) and bad else (None if v is None else json.dumps(v, ensure_ascii=False))
+            s = v if isinstance(v, str) and bad else (None if v is None else json.dumps(_plain(v), ensure_ascii=False))
             cols["_value"].append(s if s is None else s[:MAX_FIELD_BYTES])
         cols["_nonscalar"].append(",".join(nonscalar) or None)
         cols["_row"].append(rowno)

@@ -220,6 +220,23 @@ def test_a_batch_still_short_after_max_gen_batches_is_never_trained_on(tmp_path)
     assert _dapo_dual_clip() == 10.0  # the recipe's clip_ratio_c
 
 
+def test_a_short_batch_from_a_pool_drawn_to_the_end_says_so_not_raise_max_gen_batches(tmp_path):
+    """12 prompts, 4 a round: after 3 rounds every prompt was drawn in the step, and only one group carried a signal.
+    More generation batches cannot help; the message says what can."""
+    from rl_stage.trainer import TrainError
+
+    mixed, flat = [True, False], [False, False]
+    pats = [[mixed, flat, flat, flat], [flat] * 4, [flat] * 4]
+    t, asked = _fake_rounds(tmp_path, pats, max_gen_batches=3)
+    with pytest.raises(TrainError) as e:
+        t.train_step()
+    msg = str(e.value)
+    assert "short batch: 1 of 4 groups with a learning signal after 3 generation batches: every one of the 12 prompts " \
+           "in the pool was drawn in this step" in msg
+    assert "a prompts_per_step of at most 1" in msg and "max_gen_batches" not in msg
+    assert asked == [4, 4, 4]  # epoch sampling: 12 distinct prompts in 3 rounds
+
+
 def _dapo_dual_clip():
     from rl_stage.trainer import TrainConfig
 
