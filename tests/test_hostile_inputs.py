@@ -226,3 +226,32 @@ def test_sources_refuse_fifos_follow_no_link_loop_and_read_each_file_once(tmp_pa
         skipped = json.loads((out / "manifest.json").read_text())["stats"]["files_not_read"]
         assert skipped["alias.jsonl"] == "the same file as a.jsonl (read once)"
         assert skipped["pipe.jsonl"] == "not a regular file (a FIFO)"
+
+
+def test_a_stage_refuses_an_input_changed_after_its_stage_and_reruns_over_a_lost_reject(tmp_path, capsys):
+    import pyarrow.parquet as pq
+
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"problem": "What is 1+1?", "answer": "2"}\n'
+                   '{"problem": "Which is larger, 2 or 3? (A) 2 (B) 3", "answer": "B"}\n'
+                   '{"problem": "What is 2+3?", "answer": "5"}\n')
+    i, f = tmp_path / "i", tmp_path / "f"
+    assert main(["ingest", str(src), "--out", str(i)]) == 0
+    assert main(["filter", str(i), "--out", str(f)]) == 0
+    (shard,) = (f / "kept").glob("*.parquet")
+    good = shard.read_bytes()
+    t = pq.read_table(shard)
+    pq.write_table(t.set_column(t.schema.get_field_index("answer"), "answer", pa.array(["0"] * t.num_rows)), shard)
+    assert main(["dedup", str(f), "--out", str(tmp_path / "d")]) == 2  # same row count, every answer "0"
+    assert _err(capsys).endswith(f"{f}: an input changed after its filter stage finished: {shard} does not hash as its "
+                                 "manifest says (it changed after its stage wrote it); run that stage again (--force), "
+                                 "or restore the file")
+    assert not (tmp_path / "d").exists()
+    capsys.readouterr()
+    assert main(["filter", str(i), "--out", str(f)]) == 0  # the stage itself: not "already complete", it runs again
+    assert "already complete" not in capsys.readouterr().out and shard.read_bytes() == good
+    for p in (f / "rejected").glob("*.parquet"):
+        p.unlink()  # the rejected rows lost
+    assert main(["filter", str(i), "--out", str(f)]) == 0
+    assert "already complete" not in capsys.readouterr().out
+    assert read_table(f / "rejected").num_rows == 1

@@ -160,3 +160,42 @@ def test_a_full_disk_and_a_read_only_folder_are_one_line_and_leave_nothing_half_
     subprocess.run(["mount", "-o", "remount,ro", str(small_disk)], check=True)
     assert main(["ingest", "synthetic:n=20", "--out", str(small_disk / "p")]) == 2
     assert "Read-only file system" in capsys.readouterr().err
+
+
+def test_an_export_holds_its_folder_and_cleans_only_what_its_killed_runs_left(tmp_path, monkeypatch):
+    """An export takes the folder's lock before it reads and keeps it to the swap: an ingest running in that folder
+    makes it refuse (both used to exit 0, the ingest's output deleted). A killed export's temporary folders go at the
+    next export; a failed first export leaves no claimed empty folder."""
+    from conftest import write_easy_sums
+
+    from curate.core.locks import FolderLock
+    from curate.select.export import ExportConfig, export
+
+    scored = write_easy_sums(tmp_path / "scored")
+    out = tmp_path / "data"
+    out.mkdir()
+    held = FolderLock(out / ".gradus-stage.lock")
+    held.acquire()  # a stage run (an ingest) writing into the folder
+    with pytest.raises(StageError, match="is in use by pid"):
+        export([scored], out, ExportConfig())
+    held.release()
+    assert sorted(x.name for x in out.iterdir()) == [".gradus-stage.lock"]
+    (out / ".gradus-stage.lock").unlink()
+    stale = [tmp_path / ".data.tmp-999999", tmp_path / ".data.old-999998"]  # a kill -9 during a build and a swap
+    for d in stale:
+        (d / "x").mkdir(parents=True)
+    mine = tmp_path / ".data.tmp-notes"  # not a name gradus makes: kept
+    mine.mkdir()
+    export([scored], out, ExportConfig())
+    assert not any(d.exists() for d in stale) and mine.is_dir()
+    assert (out / "manifest.json").is_file() and not (out / ".gradus-stage.lock").exists()
+    # a first export that fails after its claim (reading its input, here) leaves nothing behind
+    import curate.select.export as ex
+
+    def unreadable(folders):
+        raise ex.ManifestError("the input cannot be read")
+
+    monkeypatch.setattr(ex, "load_scored", unreadable)
+    with pytest.raises(ex.ManifestError, match="cannot be read"):
+        export([scored], tmp_path / "none", ExportConfig(seed=1))
+    assert not (tmp_path / "none").exists()

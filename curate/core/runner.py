@@ -226,8 +226,24 @@ def _only(folder: Path, files: tuple[str, ...], sub: str) -> bool:
     return True
 
 
+def shard_changes(folder: Path, m: Manifest) -> str | None:
+    """The first shard of a finished stage output that is not what its manifest says (missing, or another sha256),
+    ``kept/`` and ``rejected/`` both: a rewritten answer column or a deleted reject would otherwise pass on silently."""
+    from curate.core.shards import file_sha256
+
+    for sub, recs in (("kept", m.kept_shards), ("rejected", m.rejected_shards)):
+        for rec in recs:
+            p = Path(folder) / rec.get("file", f"{sub}/{rec['path']}")
+            if not p.is_file():
+                return f"{p} is missing"
+            if rec.get("sha256") and file_sha256(p) != rec["sha256"]:
+                return f"{p} does not hash as its manifest says (it changed after its stage wrote it)"
+    return None
+
+
 def input_entries(folders: list[Path]) -> list[dict]:
-    """``{"path", "fingerprint", "rows"}`` of each input stage output (or bare shard folder)."""
+    """``{"path", "fingerprint", "rows"}`` of each input stage output (or bare shard folder). A stage output's shards
+    are checked against its manifest first: an input changed after its stage finished is an error naming the file."""
     from curate.core.shards import count_rows, file_sha256, shard_paths, stage_dir
 
     out = []
@@ -237,6 +253,10 @@ def input_entries(folders: list[Path]) -> list[dict]:
             f = f.parent  # the kept/ folder of a stage output: its manifest is one level up
         m = Manifest.find(f)
         if m is not None:
+            bad = shard_changes(f, m)
+            if bad:
+                raise StageError(f"{f}: an input changed after its {m.stage} stage finished: {bad}; run that stage "
+                                 "again (--force), or restore the file")
             fp = hashlib.sha256(json.dumps([s["sha256"] for s in m.kept_shards]).encode()).hexdigest()[:16]
             out.append({"path": str(f), "fingerprint": fp, "rows": m.rows_kept})
         else:
@@ -359,14 +379,9 @@ class Runner:
         return m
 
     def _verify(self, m: Manifest) -> str | None:
-        from curate.core.shards import file_sha256
-
-        for rec in m.kept_shards:
-            p = self.out / rec.get("file", f"kept/{rec['path']}")
-            if not p.is_file():
-                return f"{p} is missing"
-            if rec.get("sha256") and file_sha256(p) != rec["sha256"]:
-                return f"{p} does not hash as its manifest says"
+        bad = shard_changes(self.out, m)
+        if bad:
+            return bad
         if STAGE_KINDS[self.kind].output != "folder":
             listed = {rec["path"] for rec in m.kept_shards}
             extra = [p.name for p in (self.out / "kept").glob("*.parquet") if p.name not in listed]  # gradus's own names

@@ -32,7 +32,7 @@ import pyarrow.parquet as pq
 
 from curate.core.config import ConfigError, check_choice
 from curate.core.manifest import Manifest, ManifestError
-from curate.core.runner import Runner, input_entries
+from curate.core.runner import LOCK, Runner, input_entries
 from curate.core.shards import ShardWriter, file_sha256, shard_paths, stage_dir, write_json_atomic
 from curate.difficulty import templates
 from curate.select.curriculum import BucketSpec, Selection, SelectionError, Target, curriculum_stages, select
@@ -279,7 +279,27 @@ def export(inputs: list[Path], out: Path, cfg: ExportConfig, force: bool = False
     done = runner.previous()
     if done is not None:
         return done
-    runner.check_output()
+    created = not out.exists()
+    with runner.hold():  # checked, then held from the first read to the swap: a second writer of --out refuses
+        try:
+            _clear_stale(out.resolve())
+            return _build(runner, folders, out, cfg)
+        except BaseException:
+            if created and out.is_dir() and [x.name for x in out.iterdir()] == [LOCK]:  # nothing but the claim: undone
+                (out / LOCK).unlink()
+                out.rmdir()
+            raise
+
+
+def _clear_stale(final: Path) -> None:
+    """The temporary and old folders a killed export of ``final`` left beside it (gradus's own names, ``.NAME.tmp-PID``
+    and ``.NAME.old-PID``). Called holding ``final``'s lock, so no export of it is running: every one is stale."""
+    for d in (*final.parent.glob(f".{final.name}.tmp-*"), *final.parent.glob(f".{final.name}.old-*")):
+        if d.is_dir() and not d.is_symlink() and d.name.rpartition("-")[2].isdigit():
+            shutil.rmtree(d, ignore_errors=True)
+
+
+def _build(runner: Runner, folders: list[Path], out: Path, cfg: ExportConfig) -> Manifest:
     table = load_scored(folders)
     if cfg.template is None:  # render the prompts as they were scored
         cfg = replace(cfg, template=scored_template(table))
