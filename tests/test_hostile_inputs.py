@@ -18,7 +18,7 @@ from flows.cli import main
 def _err(capsys) -> str:
     err = capsys.readouterr().err.strip().splitlines()
     assert err, "nothing said"
-    assert not any(line.startswith("Traceback") for line in err)
+    assert not any(line.startswith("Traceback") for line in err), "\n".join(err)
     return err[-1]
 
 
@@ -255,3 +255,30 @@ def test_a_stage_refuses_an_input_changed_after_its_stage_and_reruns_over_a_lost
     assert main(["filter", str(i), "--out", str(f)]) == 0
     assert "already complete" not in capsys.readouterr().out
     assert read_table(f / "rejected").num_rows == 1
+
+
+def test_deep_json_duplicated_columns_and_foreign_parquet_get_a_line_or_a_rejected_row(tmp_path, capsys):
+    deep_obj = '{"a": ' * 5000 + "1" + "}" * 5000  # parses, but json.dumps of it overflows ("while encoding")
+    src = tmp_path / "deep.jsonl"
+    src.write_text('{"problem": "What is 1+1?", "answer": "2"}\n{"problem": "p", "answer": "1", "x": ' + deep_obj + "}\n")
+    assert main(["ingest", str(src), "--out", str(tmp_path / "o1")]) == 0
+    assert _rejected(tmp_path / "o1") == {"ingest_malformed_json": 1}
+    capsys.readouterr()  # its warning (the fast reader gave up) went to a handler an earlier test's main() installed
+    arr = tmp_path / "deep.json"  # one JSON array: the whole parse fails, said in a line
+    arr.write_text('[{"problem": "What is 1+1?", "answer": "2"}, ' + "[" * 100_000 + "]" * 100_000 + "]")
+    assert main(["ingest", str(arr), "--out", str(tmp_path / "o2")]) == 2
+    assert "a value nested deeper than Python's JSON reader goes" in _err(capsys)
+    (tmp_path / "dup.csv").write_text("problem,answer,answer\nWhat is 1+1?,2,3\n")
+    pq.write_table(pa.table([pa.array(["What is 1+1?"]), pa.array(["2"]), pa.array(["3"])],
+                            names=["problem", "answer", "answer"]), tmp_path / "dup.parquet")
+    for name in ("dup.csv", "dup.parquet"):
+        out = tmp_path / f"o_{name}"
+        assert main(["ingest", str(tmp_path / name), "--out", str(out)]) == 2
+        assert _err(capsys).endswith(f"{name}: the column 'answer' appears 2 times; rename all but one in the file")
+        assert not out.exists()  # the claim is undone: no empty folder left behind
+    (tmp_path / "plain").mkdir()
+    pq.write_table(pa.table({"question": ["q"], "x": [1]}), tmp_path / "plain" / "a.parquet")
+    assert main(["filter", str(tmp_path / "plain"), "--out", str(tmp_path / "f")]) == 2
+    assert _err(capsys).endswith(f"{tmp_path / 'plain'}: not gradus records (a.parquet has no 'id', 'problem', 'answer' "
+                                 f"column); read it with `gradus ingest {tmp_path / 'plain'}` first")
+    assert not (tmp_path / "f").exists()

@@ -263,9 +263,24 @@ def input_entries(folders: list[Path]) -> list[dict]:
             d = stage_dir(f)
             if d.name == "kept" and (d.parent / MARKER).exists() and not (d.parent / MANIFEST).exists():
                 raise StageError(f"{f}: an unfinished stage output (no manifest); finish that stage first")
-            fp = hashlib.sha256(json.dumps([file_sha256(p) for p in shard_paths(d)]).encode()).hexdigest()[:16]
+            paths = shard_paths(d)
+            _records_or_refuse(f, paths)
+            fp = hashlib.sha256(json.dumps([file_sha256(p) for p in paths]).encode()).hexdigest()[:16]
             out.append({"path": str(f), "fingerprint": fp, "rows": count_rows(d)})
     return out
+
+
+def _records_or_refuse(folder: Path, paths: list[Path]) -> None:
+    """A folder of Parquet files without a manifest is read as gradus records: refused in one line when its files
+    lack the record columns (a plain data set's Parquet: ``gradus ingest`` reads those)."""
+    import pyarrow.parquet as pq
+
+    for p in paths[:1]:
+        names = pq.read_schema(p).names
+        missing = [c for c in ("id", "problem", "answer") if c not in names]
+        if missing:
+            raise StageError(f"{folder}: not gradus records ({p.name} has no {', '.join(repr(c) for c in missing)} "
+                             f"column); read it with `gradus ingest {folder}` first")
 
 
 def identity_hash(inputs: list[dict]) -> str:
@@ -407,6 +422,20 @@ class Runner:
         finally:
             lock.release()
 
+    def _undo_claim(self) -> None:
+        """A run that made its folder and failed before writing a row (a wrong mapping, a duplicated column, a source
+        that cannot be read) leaves nothing: the folder goes when it holds only the marker, the lock and empty shard
+        folders."""
+        claim = {MARKER, MARKER + ".tmp", LOCK}
+        entries = list(self.out.iterdir())
+        if not all(e.name in claim and e.is_file() and not e.is_symlink()
+                   or e.name in ("kept", "rejected") and e.is_dir() and not e.is_symlink() and not any(e.iterdir())
+                   for e in entries):
+            return
+        for e in entries:
+            e.rmdir() if e.is_dir() else e.unlink()
+        self.out.rmdir()
+
     def resumable(self) -> bool:
         """Whether the folder holds an unfinished run of this same identity (``parts`` stages resume it)."""
         if self.force:
@@ -483,6 +512,7 @@ class Runner:
         if done is not None:
             log.info("%s: complete output found in %s, nothing to do", self.kind, self.out)
             return done
+        created = not self.out.exists()
         with self.hold():
             self.begin()
             run = StageRun(self.kind, self.out, rows_per_shard)
@@ -493,6 +523,8 @@ class Runner:
             except BaseException:
                 run.kept.abort()
                 run.rejected.abort()
+                if created:
+                    self._undo_claim()
                 raise
             stats = {**run.extra, "signals": dict(run.signals),
                      "timings": {k: round(v, 3) for k, v in run.timings.items()}}

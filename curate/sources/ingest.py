@@ -183,6 +183,10 @@ def ingest(
             nonlocal chosen
             for raw in batches:
                 if chosen is None:
+                    dup = sorted({c for c in raw.column_names if raw.column_names.count(c) > 1})
+                    if dup:  # which one would be the answer? neither is taken silently
+                        raise SourceError(f"{spec}: the column {dup[0]!r} appears {raw.column_names.count(dup[0])} times; "
+                                          "rename all but one in the file")
                     chosen = mapped or (ADAPTERS[adapter] if adapter else None)
                     if chosen is None:
                         generated = fmt in ("synthetic", "reasoning_gym")  # the generators' own columns

@@ -293,8 +293,9 @@ def _jsonl_fast(path: Path) -> Iterator[pa.Table]:
                                          "past 64 bits: read line by line to keep their digits")  # 1e400 lose digits
             yield _stringify(t, row0)
             row0 += t.num_rows
-    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, UnicodeDecodeError, OSError) as e:
-        raise FastPathFailed(str(e)) from e  # OSError: a compressed file cut short, read line by line up to the cut
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, UnicodeDecodeError, OSError,
+            RecursionError) as e:  # OSError: a compressed file cut short; RecursionError: a value nested past json.dumps
+        raise FastPathFailed(str(e)[:200]) from e  # read line by line, where each bad line is a rejected row
 
 
 def _json_array(path: Path) -> Iterator[pa.Table]:
@@ -306,6 +307,9 @@ def _json_array(path: Path) -> Iterator[pa.Table]:
         raise SourceError(f"{path}: not UTF-8 at byte {e.start}; a JSON array cannot be split into rows") from e
     except json.JSONDecodeError as e:
         raise SourceError(f"{path}: malformed JSON ({e.msg} at line {e.lineno})") from e
+    except RecursionError:  # one array holds every row: a value nested past Python's limit spoils the whole parse
+        raise SourceError(f"{path}: a value nested deeper than Python's JSON reader goes; as JSON lines (one row a "
+                          "line) only that row would be rejected") from None
     if isinstance(data, dict):  # {"data": [...]} or a single object
         lists = [v for v in data.values() if isinstance(v, list)]
         data = lists[0] if len(lists) == 1 else [data]

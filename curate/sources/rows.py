@@ -89,7 +89,10 @@ def rows_to_table(rows: list[tuple[int, object, str | None]]) -> pa.Table:
             for k in keys:
                 if isinstance(v.get(k), NonFinite):
                     bad = bad or f"non_finite_number:{k}={v[k]}"
-                s, kind = _value_to_str(v.get(k))
+                try:
+                    s, kind = _value_to_str(v.get(k))
+                except RecursionError:  # a value nested deeper than json.dumps goes: the row is rejected, not the file
+                    s, kind, bad = None, "nested", bad or f"malformed_json:{k} nested too deep"
                 if kind:
                     nonscalar.append(f"{k}:{kind}")
                 if s is not None and len(s) > MAX_FIELD_BYTES:
