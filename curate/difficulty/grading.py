@@ -387,6 +387,7 @@ def _worker_main(conn: Connection, mem_bytes: int | None) -> None:
     One reply per item lets the parent give every item its own deadline and know exactly which item a
     missed deadline belongs to; the request id lets it refuse any reply that is not for the current request.
     """
+    _quiet_worker()
     if mem_bytes:
         import resource
 
@@ -418,7 +419,26 @@ def _worker_main(conn: Connection, mem_bytes: int | None) -> None:
                     raise ValueError(f"unknown op {op}")
             except MemoryError:
                 res = ParseResult(None, "crash")
-            conn.send((req_id, j, res))
+            try:
+                conn.send((req_id, j, res))
+            except OSError:  # the parent is gone (BrokenPipeError): nothing to answer to
+                return
+
+
+def _quiet_worker() -> None:
+    """A worker leaves interrupts to its parent and ends with it. Ctrl-C reaches the whole process group: the parent
+    stops its pool and says so in one line, where each worker used to print a KeyboardInterrupt traceback. A parent
+    killed outright (kill -9) takes its workers with it (Linux: the parent-death signal), where they used to live on
+    and print BrokenPipeError."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG: SIGTERM when the parent dies
+    except (OSError, AttributeError):  # not Linux: the EOF on the pipe still ends the worker at its next request
+        pass
 
 
 class _Worker:

@@ -337,3 +337,45 @@ def test_gold_verdicts_are_kept_across_runs(tmp_path):
     assert len(GoldVerdicts(tmp_path / "verdicts", 5).load()) == 3
     assert list((tmp_path / "verdicts").iterdir()) == [GoldVerdicts(tmp_path / "verdicts", 5).dir]
     assert not GoldVerdicts(tmp_path / "verdicts", 1).load()  # another timeout: another folder
+
+
+def test_workers_leave_ctrl_c_to_their_parent_and_end_quietly_with_it(tmp_path):
+    """Ctrl-C reaches the whole process group: the workers ignore it (the parent stops the pool and says so in one
+    line; each worker printed a KeyboardInterrupt traceback). A parent killed with -9 takes its workers with it, and
+    they print nothing (they lived on and printed BrokenPipeError)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    pool = GradingPool(workers=2).start()
+    try:
+        pids = [w.proc.pid for w in pool._workers]
+        for pid in pids:
+            os.kill(pid, signal.SIGINT)
+        time.sleep(0.5)
+        assert all(w.proc.is_alive() for w in pool._workers)
+        assert pool.grade(["x^2 + 1"], ["The answer is $\\boxed{1 + x^2}$"]) == ["correct"]  # and they still serve
+    finally:
+        pool.close()
+    script = ("import sys, time\nfrom curate.difficulty.grading import GradingPool\np = GradingPool(workers=2).start()\n"
+              "print(' '.join(str(w.proc.pid) for w in p._workers), flush=True)\ntime.sleep(60)\n")
+    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert child.stdout is not None and child.stderr is not None
+    workers = [int(x) for x in child.stdout.readline().split()]
+    child.kill()
+    child.wait()
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and any(_alive(p) for p in workers):
+        time.sleep(0.2)
+    assert not any(_alive(p) for p in workers)
+    assert "Traceback" not in child.stderr.read()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split()[2] != "Z"  # a zombie has ended
+    except FileNotFoundError:
+        return False
