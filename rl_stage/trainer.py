@@ -84,6 +84,7 @@ class Trainer:
         self.completions = 0  # generated in the run so far (dropped groups counted)
         self.online: dict[str, list] = {}  # prompt id -> [last correct, last graded, last step, total correct, total graded]
         self.pg = ProcessGroup()
+        self._data_fp: str | None = None
 
     # ---- setup -------------------------------------------------------------------------------------
     def setup(self) -> None:
@@ -106,7 +107,7 @@ class Trainer:
         if self.pg.main:  # the folder's rules (rl_stage.run_folder): checked and held before anything is written
             run_folder.check(self.out, self.resume)
             if self.resume:
-                diff = run_folder.changed(self.out, asdict(cfg))
+                diff = run_folder.changed(self.out, {**asdict(cfg), "data_fingerprint": self._data_fingerprint()})
                 if diff:
                     raise TrainError(f"--resume with other settings than the run in {self.out} ({'; '.join(diff)}): they "
                                      "would change what its checkpoint continues; use another out folder")
@@ -183,8 +184,18 @@ class Trainer:
 
             self._tb = SummaryWriter(str(self.out / "tensorboard"))
         if self.pg.main:
-            (self.out / "config.json").write_text(json.dumps({**asdict(cfg), "resolved": self.alg, "world_size": self.pg.world},
+            (self.out / "config.json").write_text(json.dumps({**asdict(cfg), "data_fingerprint": self._data_fingerprint(),
+                                                             "resolved": self.alg, "world_size": self.pg.world},
                                                              indent=2, default=str))
+
+    def _data_fingerprint(self) -> str:
+        """What the training data is, not where it lies: the content hashes of its shards (each export's shards checked
+        against its manifest), so a resume on an export replaced by other problems, even as many, is refused."""
+        if getattr(self, "_data_fp", None) is None:
+            from curate.core.runner import identity_hash, input_entries
+
+            self._data_fp = identity_hash(input_entries([Path(d) for d in self.cfg.data]))
+        return self._data_fp
 
     def _record(self, p, n_correct: int, n_graded: int) -> None:
         """A graded group of prompt ``p`` into the run's online difficulty table."""

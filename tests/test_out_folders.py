@@ -199,3 +199,36 @@ def test_an_export_holds_its_folder_and_cleans_only_what_its_killed_runs_left(tm
     with pytest.raises(ex.ManifestError, match="cannot be read"):
         export([scored], tmp_path / "none", ExportConfig(seed=1))
     assert not (tmp_path / "none").exists()
+
+
+def test_a_resume_on_training_data_replaced_by_as_many_other_problems_is_refused(tmp_path):
+    """The run records what its data is (the content hashes of its shards), not only where it lies: an export replaced
+    by other problems of the same count is refused on --resume (it was continued without a word)."""
+    import shutil
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from conftest import write_easy_sums
+
+    from curate.select.export import ExportConfig, export
+    from rl_stage import run_folder
+    from rl_stage.trainer import Trainer, TrainError
+
+    data = tmp_path / "data"
+    export([write_easy_sums(tmp_path / "a")], data, ExportConfig())
+    cfg = _train_cfg(tmp_path, template="chat")
+    t = Trainer(cfg)
+    run_folder.claim(tmp_path / "run").release()
+    (tmp_path / "run" / "config.json").write_text(json.dumps({**asdict(t.cfg), "data_fingerprint": t._data_fingerprint(),
+                                                              "resolved": {}}, default=str))
+    (tmp_path / "run" / "metrics.jsonl").write_text('{"step": 1}\n')
+    other = write_easy_sums(tmp_path / "b")  # the same 12 rows' shape, other problems
+    shard = other / "kept" / "part_000000.parquet"
+    rows = pq.read_table(shard).to_pylist()
+    for r in rows:
+        r["problem"], r["answer"] = r["problem"].replace("+", "*"), str(eval(r["problem"][9:-2].replace("+", "*")))
+    pq.write_table(pa.Table.from_pylist(rows), shard)
+    shutil.rmtree(data)
+    export([other], data, ExportConfig())
+    with pytest.raises(TrainError, match=r"--resume with other settings than the run .*\(data_fingerprint '"):
+        Trainer(cfg, resume=True).setup()
