@@ -282,3 +282,16 @@ def test_deep_json_duplicated_columns_and_foreign_parquet_get_a_line_or_a_reject
     assert _err(capsys).endswith(f"{tmp_path / 'plain'}: not gradus records (a.parquet has no 'id', 'problem', 'answer' "
                                  f"column); read it with `gradus ingest {tmp_path / 'plain'}` first")
     assert not (tmp_path / "f").exists()
+
+
+def test_an_input_given_twice_and_an_out_inside_a_globs_folder_are_refused(tmp_path, capsys):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.jsonl").write_text('{"problem": "What is 1+1?", "answer": "2"}\n')
+    assert main(["ingest", f"{src}/*.jsonl", "--out", str(src / "out")]) == 2
+    assert _err(capsys).endswith(f"--out {src / 'out'} lies inside the input {src}: choose a folder outside it")
+    assert main(["ingest", str(src / "a.jsonl"), "--out", str(tmp_path / "i")]) == 0
+    capsys.readouterr()
+    assert main(["filter", str(tmp_path / "i"), str(tmp_path / "i" / "kept"), "--out", str(tmp_path / "f")]) == 2
+    assert _err(capsys).endswith(f"{tmp_path / 'i' / 'kept'}: the same input as {tmp_path / 'i'}; give each input once")
+    assert not (tmp_path / "f").exists()

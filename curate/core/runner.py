@@ -247,10 +247,15 @@ def input_entries(folders: list[Path]) -> list[dict]:
     from curate.core.shards import count_rows, file_sha256, shard_paths, stage_dir
 
     out = []
-    for f in folders:
-        f = Path(f)
+    seen: dict[Path, Path] = {}
+    for given in folders:
+        f = Path(given)
         if f.name == "kept" and not (f / MANIFEST).exists() and (f.parent / MANIFEST).exists():
             f = f.parent  # the kept/ folder of a stage output: its manifest is one level up
+        real = f.resolve()
+        if real in seen:  # DIR and DIR/kept, or a link to DIR: its rows would be read twice
+            raise StageError(f"{given}: the same input as {seen[real]}; give each input once")
+        seen[real] = Path(given)
         m = Manifest.find(f)
         if m is not None:
             bad = shard_changes(f, m)
