@@ -108,10 +108,50 @@ def source_dirname(i: int, s: SourceSpec) -> str:
     return f"{i:02d}_{''.join(c if c.isalnum() or c in '-_.' else '_' for c in base)}"
 
 
+STAGE_FOLDERS = ("1_ingest", "2_filter", "3_decontam", "4_dedup")
+
+
+def check_curate_out(out: Path, card: bool) -> None:
+    """``gradus curate --out``: new, empty, or what an earlier curate wrote (its stage folders, its summary, its card).
+    Anything else, a user's ``curate_summary.json`` or ``README.md`` included, is refused before any stage runs (each
+    stage's own folder is checked again by its runner)."""
+    import json
+
+    from curate.core.errors import GradusError
+
+    if out.is_symlink() or out.exists() and not out.is_dir():
+        raise GradusError(f"--out {out} is a file or a link: give a folder (a new one, or one gradus curate wrote)")
+    if not out.is_dir():
+        return
+
+    def ours(e: Path) -> bool:
+        if e.is_symlink():
+            return False
+        if e.name in STAGE_FOLDERS:
+            return e.is_dir()
+        if e.name == "curate_summary.json":
+            try:
+                d = json.loads(e.read_text())
+            except (OSError, ValueError):
+                return False
+            return isinstance(d, dict) and {"final", "stages", "rows_in"} <= set(d)
+        return card and e.name in ("README.md", "card.json", "plots")
+
+    foreign = sorted(e.name for e in out.iterdir() if not ours(e))
+    if foreign:
+        raise GradusError(f"--out {out} holds files gradus curate did not write ({', '.join(foreign[:5])}): choose an "
+                          "empty or new folder")
+    if card:
+        from data_cards.render import check_card_target
+
+        check_card_target(out)
+
+
 def curate_all(cfg: CurateConfig, out: Path, force: bool = False, card: bool = True) -> dict:
     """Run every stage in order; returns a summary that names each stage's output and counts."""
     out = Path(out)
     cfg.check()  # sources and benchmarks found before any stage runs
+    check_curate_out(out, card)  # and the folder: a user's file there is refused before any stage runs
     ingested = [
         ingest(s.spec, out / "1_ingest" / source_dirname(i, s), s.format, s.adapter, s.mapping, s.name, force,
                revision=s.revision)

@@ -378,7 +378,7 @@ def write_card(folder: str | Path, out: str | Path | None = None, only: list[str
 
     folder = Path(folder)
     out = Path(out) if out is not None else folder
-    _check_target(out)
+    check_card_target(out, away=out.resolve() != folder.resolve())
     card = build_card(folder, only, name)
     plots = make_plots(card, out / PLOTS)
     data = _card_data(card, out)
@@ -468,15 +468,28 @@ def _write_rows(card: dict, path: Path) -> None:
     tmp.replace(path)
 
 
-def _check_target(out: Path) -> None:
-    """Never overwrite a README.md or plots/ that is not a gradus card's (``card.json`` beside it says it is)."""
-    if (out / CARD_JSON).is_file():
+def check_card_target(out: Path, away: bool = False) -> None:
+    """Never overwrite a README.md, card.json, card_rows.parquet or plots/ that is not a gradus card's (``card.json``
+    beside them says it is). ``away``: the card goes to a folder of its own (``--out``), which must be new, empty, or
+    a card gradus wrote holding nothing else; a user's folder is refused, naming what it holds."""
+    if out.is_symlink() or out.exists() and not out.is_dir():
+        raise ManifestError(f"{out} is a file or a link: build the card into a folder (--out)")
+    ours = False
+    if (out / CARD_JSON).is_file() and not (out / CARD_JSON).is_symlink():
         try:
-            if json.loads((out / CARD_JSON).read_text()).get("card_version") is not None:
-                return
-        except (json.JSONDecodeError, AttributeError):
+            ours = json.loads((out / CARD_JSON).read_text()).get("card_version") is not None
+        except (json.JSONDecodeError, AttributeError, UnicodeDecodeError):
             pass
-    mine = [n for n in (README, PLOTS) if (out / n).exists()]
+    if away and out.is_dir():
+        card_files = {README, CARD_JSON, ROWS, PLOTS} if ours else set()
+        foreign = sorted(e.name for e in out.iterdir() if e.name not in card_files
+                         or e.is_symlink() or e.name == PLOTS and any(not x.name.endswith(".png") for x in e.iterdir()))
+        if foreign:
+            raise ManifestError(f"{out} holds files gradus did not write ({', '.join(foreign[:5])}): build the card into "
+                                "a new or empty folder (--out)")
+    if ours:
+        return
+    mine = [n for n in (README, CARD_JSON, ROWS, PLOTS) if (out / n).exists() or (out / n).is_symlink()]
     if mine:
         raise ManifestError(f"{out} already holds {', '.join(mine)} that gradus did not write: build the card "
                             "elsewhere (--out)")

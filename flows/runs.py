@@ -49,10 +49,20 @@ def check_out(out: Path, sources: Sequence[str] = ()) -> None:
             raise FlowFolderError(f"--out {out} holds the source {root}: choose a folder beside it")
     if not out.is_dir():
         return
-    foreign = sorted(e.name for e in out.iterdir() if e.name not in OWNED and not e.name.startswith(".latest."))
+    foreign = sorted(e.name for e in out.iterdir() if not _ours(e))
     if foreign:
         raise FlowFolderError(f"--out {out} holds files a gradus flow did not write ({', '.join(foreign[:5])}"
                               f"{', ...' if len(foreign) > 5 else ''}): choose an empty or new folder")
+
+
+def _ours(e: Path) -> bool:
+    """An entry of a flow folder as a flow writes it: ``latest`` is always a link (a user's file by that name is
+    not), ``stages`` and ``runs`` folders, the marker and lock files, a ``.latest.PID`` link being renamed."""
+    if e.name == "latest" or e.name.startswith(".latest."):
+        return e.is_symlink()
+    if e.name in ("stages", "runs"):
+        return e.is_dir() and not e.is_symlink()
+    return e.name in OWNED and e.is_file() and not e.is_symlink()
 
 
 def _local_roots(sources: Sequence[str]) -> list[Path]:

@@ -191,7 +191,7 @@ class Trainer:
     def _data_fingerprint(self) -> str:
         """What the training data is, not where it lies: the content hashes of its shards (each export's shards checked
         against its manifest), so a resume on an export replaced by other problems, even as many, is refused."""
-        if getattr(self, "_data_fp", None) is None:
+        if self._data_fp is None:
             from curate.core.runner import identity_hash, input_entries
 
             self._data_fp = identity_hash(input_entries([Path(d) for d in self.cfg.data]))

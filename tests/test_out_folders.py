@@ -232,3 +232,39 @@ def test_a_resume_on_training_data_replaced_by_as_many_other_problems_is_refused
     export([other], data, ExportConfig())
     with pytest.raises(TrainError, match=r"--resume with other settings than the run .*\(data_fingerprint '"):
         Trainer(cfg, resume=True).setup()
+
+
+def test_card_build_curate_and_flow_refuse_a_users_folder_before_any_work(tmp_path, capsys):
+    """card build --out into a user's folder overwrote its card.json; curate overwrote a user's curate_summary.json
+    (and with a README.md there ran every stage, then refused); a user's file named latest became a link."""
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"problem": "What is 1+1?", "answer": "2"}\n{"problem": "What is 2+3?", "answer": "5"}\n')
+    assert main(["ingest", str(src), "--out", str(tmp_path / "i")]) == 0
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "card.json").write_text('{"my": "card"}')
+    (mine / "notes.txt").write_text("mine")
+    capsys.readouterr()
+    assert main(["card", "build", str(tmp_path / "i"), "--out", str(mine)]) == 2
+    assert capsys.readouterr().err.strip().endswith(f"{mine} holds files gradus did not write (card.json, notes.txt): "
+                                                    "build the card into a new or empty folder (--out)")
+    assert (mine / "card.json").read_text() == '{"my": "card"}' and not (mine / "card_rows.parquet").exists()
+    assert main(["card", "build", str(tmp_path / "i"), "--out", str(tmp_path / "card")]) == 0
+    assert main(["card", "build", str(tmp_path / "i"), "--out", str(tmp_path / "card")]) == 0  # its own card again
+    cfg = tmp_path / "cur.toml"
+    cfg.write_text(f'sources = ["{src}"]\n')
+    for name, body in (("curate_summary.json", '{"mine": true}'), ("README.md", "# my notes\n")):
+        out = tmp_path / f"cur_{name}"
+        out.mkdir()
+        (out / name).write_text(body)
+        capsys.readouterr()
+        assert main(["curate", str(cfg), "--out", str(out)]) == 2
+        assert sorted(x.name for x in out.iterdir()) == [name] and (out / name).read_text() == body  # no stage ran
+    from flows.runs import FlowFolderError, check_out
+
+    flow = tmp_path / "flow"
+    flow.mkdir()
+    (flow / "latest").write_text("my file")
+    with pytest.raises(FlowFolderError, match=r"holds files a gradus flow did not write \(latest\)"):
+        check_out(flow, [str(src)])
+    assert (flow / "latest").read_text() == "my file"

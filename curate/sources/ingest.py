@@ -214,4 +214,4 @@ def ingest(
                 run.emit(kept, reject_table(rej, "ingest", rej_reasons, rej_detail) if rej.num_rows else None)
 
     return run_stage("ingest", out, inputs, config, body, force=force,
-                     input_folders=[local] if local.exists() else [source_root(spec)] if source_root(spec) else [])
+                     input_folders=[local] if local.exists() else [r for r in [source_root(spec)] if r is not None])
