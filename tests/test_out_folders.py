@@ -268,3 +268,33 @@ def test_card_build_curate_and_flow_refuse_a_users_folder_before_any_work(tmp_pa
     with pytest.raises(FlowFolderError, match=r"holds files a gradus flow did not write \(latest\)"):
         check_out(flow, [str(src)])
     assert (flow / "latest").read_text() == "my file"
+
+
+def test_a_rerun_leaves_a_users_files_under_names_gradus_uses(tmp_path, capsys):
+    """README.md, card.json, plots/x.png and work/notes.json in an ingest's folder, data/mine.parquet in an export's:
+    a rerun with other input (or export --force) deleted them and exited 0. Now they stop the run, named, and stay."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from conftest import write_easy_sums
+
+    from curate.select.export import ExportConfig, export
+
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    a.write_text('{"problem": "What is 1+1?", "answer": "2"}\n')
+    b.write_text('{"problem": "What is 2+2?", "answer": "4"}\n')
+    out = tmp_path / "i"
+    assert main(["ingest", str(a), "--out", str(out)]) == 0
+    for rel, body in (("README.md", "# mine"), ("card.json", '{"mine": 1}'), ("plots/x.png", "png"), ("work/notes.json", "{}")):
+        (out / rel).parent.mkdir(exist_ok=True)
+        (out / rel).write_text(body)
+        capsys.readouterr()
+        assert main(["ingest", str(b), "--out", str(out), "--force"]) == 2
+        assert rel in capsys.readouterr().err
+        assert (out / rel).read_text() == body
+        (out / rel).unlink()
+    data = tmp_path / "export"
+    export([write_easy_sums(tmp_path / "scored")], data, ExportConfig())
+    pq.write_table(pa.table({"x": [1]}), data / "data" / "mine.parquet")
+    with pytest.raises(StageError, match="data/mine.parquet"):
+        export([tmp_path / "scored"], data, ExportConfig(seed=7), force=True)
+    assert (data / "data" / "mine.parquet").is_file()

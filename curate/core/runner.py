@@ -177,12 +177,34 @@ _INSIDE = {"kept": (".parquet", ".tmp"), "rejected": (".parquet", ".tmp"), "resp
 # ``kept/mine.parquet`` is theirs, and stops the run instead of being deleted with the folder
 _SHARD_NAME = re.compile(r"(?:shard|part)_\d{5,6}\.parquet(?:\.tmp)?$")
 _NAMED = {"kept", "rejected", "responses"}
+# dedup's work files by their names (curate.clean.dedup_disk: ids_00000.json, exact_00000.bin, pairs_000.bin, ...) and
+# the card's plots by theirs (data_cards.plots): a user's work/notes.json or plots/x.png is theirs, not deleted
+_WORK_NAME = re.compile(r"(?:format\.json|[a-z]+_\d{3,6}(?:\.cuts)?\.(?:npy|bin|arrow|json|parquet))(?:\.tmp)?$")
+_DATA_NAME = re.compile(r"(?:part_\d{5,6}\.(?:parquet|jsonl)|data-\d{5}-of-\d{5}\.arrow|dataset_info\.json|state\.json)"
+                        r"(?:\.tmp)?$")  # an export's files (curate.select.export._write): a user's data/mine.parquet is not
+_PLOT_NAMES = {"waterfall.png", "pass_counts.png", "pass_rate_by_level.png", "reliability.png", "sources.png",
+               "buckets.png", "training.png"}
 
 
 def _inside_ok(folder: str, f: Path) -> bool:
     if not f.is_file() or f.is_symlink():
         return False
+    if folder == "work":
+        return bool(_WORK_NAME.match(f.name))
+    if folder == "plots":
+        return f.name in _PLOT_NAMES
+    if folder == "data":
+        return bool(_DATA_NAME.match(f.name))
     return bool(_SHARD_NAME.match(f.name)) if folder in _NAMED else f.name.endswith(_INSIDE[folder])
+
+
+def _gradus_card(out: Path) -> bool:
+    """Whether ``out/card.json`` is a card gradus wrote (it carries ``card_version``): then README.md and plots/ beside
+    it are the card's; without it a README.md there is a user's."""
+    try:
+        return json.loads((out / "card.json").read_text()).get("card_version") is not None
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def foreign_entries(kind: str, out: Path) -> list[str]:
@@ -202,6 +224,8 @@ def foreign_entries(kind: str, out: Path) -> list[str]:
 
 def _owned(kind: str, name: str, path: Path | None = None) -> bool:
     base = name[: -len(".tmp")] if name.endswith(".tmp") else name
+    if base in _CARD and path is not None and not _gradus_card(path.parent):
+        return False
     if kind == "folder" and _STAGE_PART.match(base):
         return path is None or _only(path, ("part.json", MANIFEST), "data")  # manifest.json: gradus 0.1's part file
     if base not in _OWN[kind]:
@@ -219,7 +243,7 @@ def _only(folder: Path, files: tuple[str, ...], sub: str) -> bool:
         return False
     for e in folder.iterdir():
         if e.name == sub and e.is_dir():
-            if not all(f.is_file() and f.name.endswith(_INSIDE[sub]) for f in e.iterdir()):
+            if not all(_inside_ok(sub, f) for f in e.iterdir()):
                 return False
         elif e.name not in files and not e.name.endswith(".tmp"):
             return False
