@@ -25,7 +25,7 @@ def labelled_rows(check_set: Path, root: Path) -> list[dict]:
     ``label``), each with its record (as ``gradus ingest`` makes it) under ``record``."""
     from curate.sources.adapters import apply_adapter, detect_adapter, row_id_prefix
     from curate.sources.ingest import to_records
-    from curate.sources.readers import read_source
+    from curate.sources.readers import read_all
 
     labels = [json.loads(line) for line in check_set.read_text().splitlines() if line.strip()]
     wanted: dict[str, set[str]] = defaultdict(set)
@@ -34,7 +34,7 @@ def labelled_rows(check_set: Path, root: Path) -> list[dict]:
     found: dict[tuple[str, str], dict] = {}
     for rel, ids in wanted.items():
         spec = str(root / rel)
-        for raw in read_source(spec):
+        for raw in read_all(spec):
             cols = apply_adapter(detect_adapter(raw), raw, row_id_prefix(spec))
             table, _, _, _ = to_records(cols, raw.num_rows, "check", spec)
             for rec in table.to_pylist():

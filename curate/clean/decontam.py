@@ -55,7 +55,7 @@ from curate.clean.text import (
 from curate.core.arrays import IntTable, union
 from curate.core.errors import SourceError
 from curate.sources.adapters import apply_adapter, detect_adapter
-from curate.sources.readers import read_source
+from curate.sources.readers import read_all
 
 # Known benchmarks: local file names looked for under the data folder, and the hub id otherwise.
 KNOWN_BENCHMARKS = {
@@ -132,7 +132,7 @@ class BenchmarkIndex:
         all_h, all_o = [], []
         for spec in specs:
             name, where = resolve_benchmark(spec)
-            for raw in read_source(where):
+            for raw in read_all(where):
                 cols = apply_adapter(detect_adapter(raw), raw)
                 problems, _ = repair_escapes(pa.array(cols["problem"], pa.string()))
                 base = len(idx.ids)

@@ -471,6 +471,15 @@ def _one_file(path: Path, fmt: str, slow: bool) -> Iterator[pa.Table]:
         yield from (_csv_slow(path) if slow else _csv_fast(path))
 
 
+def read_all(spec: str, fmt: str | None = None) -> list[pa.Table]:
+    """Every raw batch of a small source (a benchmark, a check set), held in memory: arrow's readers first, the line
+    readers when those give up (``FastPathFailed``: a bad byte, a number a double would round), as ingest does."""
+    try:
+        return list(read_source(spec, fmt))
+    except FastPathFailed:
+        return list(read_source(spec, fmt, slow=True))
+
+
 def read_source(spec: str, fmt: str | None = None, slow: bool = False, pinned=None) -> Iterator[pa.Table]:
     """Stream raw string batches from ``spec`` (a file, a folder of shards, a glob, a ``save_to_disk`` folder, a hub id,
     ``synthetic[:key=val,...]`` or ``reasoning_gym:task=NAME,...``).
