@@ -76,6 +76,11 @@ def test_decontam_refuses_rows_whose_ids_are_not_content_ids(tmp_path):
     assert decontam_stage([tmp_path / "i"], tmp_path / "d", cfg).rows_kept == 0  # the exact copy is found
     shard = next((tmp_path / "i" / "kept").glob("*.parquet"))
     t = pq.read_table(shard)
-    pq.write_table(t.set_column(t.schema.get_field_index("id"), "id", pa.array(["row-1"])), shard)
+    bare = tmp_path / "bare"  # record shards without a manifest: their ids are whatever wrote them made
+    bare.mkdir()
+    pq.write_table(t.set_column(t.schema.get_field_index("id"), "id", pa.array(["row-1"])), bare / shard.name)
     with pytest.raises(StageError, match="not the content ids"):
-        decontam_stage([tmp_path / "i"], tmp_path / "d2", cfg)
+        decontam_stage([bare], tmp_path / "d2", cfg)
+    pq.write_table(t.set_column(t.schema.get_field_index("id"), "id", pa.array(["row-1"])), shard)
+    with pytest.raises(StageError, match="an input changed after its ingest stage finished"):  # under its manifest
+        decontam_stage([tmp_path / "i"], tmp_path / "d3", cfg)
