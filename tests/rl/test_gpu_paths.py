@@ -36,21 +36,29 @@ def _no_gpu_cuda_build(monkeypatch):
 
 
 # ---- a GPU asked for and not there ---------------------------------------------------------------------------------
-def test_a_cpu_run_is_said_in_one_line_and_a_cuda_build_without_a_gpu_warns(monkeypatch, caplog):
+def test_a_cpu_run_is_said_in_one_line_and_a_cuda_build_without_a_gpu_warns(monkeypatch):
+    from curate.difficulty import devices
     from curate.difficulty.devices import pick_device
 
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(torch.version, "cuda", None)
-    with caplog.at_level(logging.INFO, logger="curate.difficulty.devices"):
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append  # type: ignore[method-assign]
+    monkeypatch.setattr(devices.log, "disabled", False)  # a logging set-up earlier in the session may have disabled it
+    monkeypatch.setattr(devices.log, "level", logging.INFO)
+    devices.log.addHandler(handler)
+    try:
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+        monkeypatch.setattr(torch.version, "cuda", None)
         assert pick_device(torch, "auto", "gradus train") == "cpu"
-    (rec,) = caplog.records
-    assert rec.levelno == logging.INFO and "CPU-only build" in rec.getMessage()
-    caplog.clear()
-    _no_gpu_cuda_build(monkeypatch)
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    with caplog.at_level(logging.INFO, logger="curate.difficulty.devices"):
+        (rec,) = records
+        assert rec.levelno == logging.INFO and "CPU-only build" in rec.getMessage()
+        records.clear()
+        _no_gpu_cuda_build(monkeypatch)
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
         assert pick_device(torch, "auto", "gradus train") == "cpu"
-    (rec,) = caplog.records
+    finally:
+        devices.log.removeHandler(handler)
+    (rec,) = records
     assert rec.levelno == logging.WARNING
     assert "built for CUDA 12.8 but finds no usable GPU: check CUDA_VISIBLE_DEVICES=''" in rec.getMessage()
 
