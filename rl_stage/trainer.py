@@ -52,7 +52,7 @@ def where(torch, cfg: TrainConfig) -> tuple[str, bool]:
     GPU, or bf16 asked for on a GPU without it, is a ``TrainError``; a CPU run is said in one line."""
     from curate.difficulty.devices import GPU_ENGINE_ARGS, DeviceError, pick_device, train_bf16
 
-    named = {"device": None, "vllm_sleep": True if cfg.vllm_sleep else None,
+    named = {"vllm_sleep": True if cfg.vllm_sleep else None,
              **{f"vllm_engine_args.{k}": v for k, v in cfg.vllm_engine_args.items() if k in GPU_ENGINE_ARGS}}
     try:
         device = pick_device(torch, cfg.device, "gradus train", named)

@@ -451,7 +451,7 @@ class Runner:
         finally:
             lock.release()
 
-    def _undo_claim(self) -> None:
+    def undo_claim(self) -> None:
         """A run that made its folder and failed before writing a row (a wrong mapping, a duplicated column, a source
         that cannot be read) leaves nothing: the folder goes when it holds only the marker, the lock and empty shard
         folders."""
@@ -553,7 +553,7 @@ class Runner:
                 run.kept.abort()
                 run.rejected.abort()
                 if created:
-                    self._undo_claim()
+                    self.undo_claim()
                 raise
             stats = {**run.extra, "signals": dict(run.signals),
                      "timings": {k: round(v, 3) for k, v in run.timings.items()}}

@@ -75,7 +75,9 @@ def convert_default(dest: Path | None = None, force: bool = False) -> Path:
     if _converted(dest) and not force:
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(dest.with_name(dest.name + ".lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    from curate.core.errors import open_no_follow
+
+    fd = open_no_follow(dest.with_name(dest.name + ".lock"), os.O_RDWR | os.O_CREAT)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         if _converted(dest) and not force:  # another process converted it while this one waited

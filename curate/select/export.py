@@ -32,7 +32,7 @@ import pyarrow.parquet as pq
 
 from curate.core.config import ConfigError, check_choice
 from curate.core.manifest import Manifest, ManifestError
-from curate.core.runner import LOCK, Runner, input_entries
+from curate.core.runner import Runner, input_entries
 from curate.core.shards import ShardWriter, file_sha256, shard_paths, stage_dir, write_json_atomic
 from curate.difficulty import templates
 from curate.select.curriculum import BucketSpec, Selection, SelectionError, Target, curriculum_stages, select
@@ -285,9 +285,8 @@ def export(inputs: list[Path], out: Path, cfg: ExportConfig, force: bool = False
             _clear_stale(out.resolve())
             return _build(runner, folders, out, cfg)
         except BaseException:
-            if created and out.is_dir() and [x.name for x in out.iterdir()] == [LOCK]:  # nothing but the claim: undone
-                (out / LOCK).unlink()
-                out.rmdir()
+            if created:  # a first export that failed: its claim (the folder and its lock) goes
+                runner.undo_claim()
             raise
 
 
