@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import gzip
 import json
+import subprocess
+import sys
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -295,3 +297,15 @@ def test_an_input_given_twice_and_an_out_inside_a_globs_folder_are_refused(tmp_p
     assert main(["filter", str(tmp_path / "i"), str(tmp_path / "i" / "kept"), "--out", str(tmp_path / "f")]) == 2
     assert _err(capsys).endswith(f"{tmp_path / 'i' / 'kept'}: the same input as {tmp_path / 'i'}; give each input once")
     assert not (tmp_path / "f").exists()
+
+
+def test_a_line_nested_past_arrows_reader_is_a_rejected_row_not_a_crash(tmp_path):
+    deep = "[" * 20_000 + "]" * 20_000  # arrow's JSON reader overflows its stack on this (the process dies, SIGSEGV)
+    src = tmp_path / "deep.jsonl"
+    src.write_text('{"problem": "What is 1+1?", "answer": "2"}\n{"problem": "p", "answer": "1", "x": ' + deep + "}\n")
+    out = tmp_path / "o"  # in a child process: a crash here would take the test session with it
+    r = subprocess.run([sys.executable, "-m", "flows.cli", "ingest", str(src), "--out", str(out)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert _rejected(out) == {"ingest_malformed_json": 1}
+    assert read_table(out / "kept").column("problem").to_pylist() == ["What is 1+1?"]

@@ -298,3 +298,40 @@ def test_a_rerun_leaves_a_users_files_under_names_gradus_uses(tmp_path, capsys):
     with pytest.raises(StageError, match="data/mine.parquet"):
         export([tmp_path / "scored"], data, ExportConfig(seed=7), force=True)
     assert (data / "data" / "mine.parquet").is_file()
+
+
+def test_model_convert_replaces_only_the_folders_it_made(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("transformers")
+    from curate.difficulty import models
+
+    try:
+        models.gguf_path()
+    except models.ModelError as e:
+        pytest.skip(str(e))
+
+    monkeypatch.setenv("GRADUS_HOME", str(tmp_path / "home"))
+    dest = models.default_model_dir()
+    dest.mkdir(parents=True)
+    (dest / "notes.txt").write_text("mine")
+    assert main(["model", "convert"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith(
+        f"{dest} holds files gradus did not write: move them away, or set GRADUS_HOME")
+    assert (dest / "notes.txt").read_text() == "mine"
+    (dest / "notes.txt").unlink()
+    dest.rmdir()
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep.txt").write_text("x")
+    tmp = dest.with_name(dest.name + ".tmp")
+    tmp.symlink_to(victim)  # a link where the conversion builds its folder
+    assert main(["model", "convert"]) == 2
+    assert "is a link or a file, not a model folder gradus made" in capsys.readouterr().err
+    assert (victim / "keep.txt").read_text() == "x" and tmp.is_symlink()
+    tmp.unlink()
+    tmp.mkdir()  # what a conversion killed part way leaves: its own marker and a part of the weights
+    (tmp / "gradus_source.json").write_text("{}")
+    (tmp / "model.safetensors").write_bytes(b"part")
+    assert main(["model", "convert"]) == 0  # a real conversion, over the leftover
+    assert capsys.readouterr().out.strip() == str(dest)
+    assert not tmp.exists() and (dest / "model.safetensors").stat().st_size > 100_000_000
+    assert json.loads((dest / "gradus_source.json").read_text())["model"] == models.DEFAULT_MODEL_NAME

@@ -26,6 +26,7 @@ import dataclasses
 import json
 import logging
 import math
+import os
 import queue
 import threading
 import time
@@ -459,7 +460,9 @@ class Estimator:
 
         self.out.mkdir(parents=True, exist_ok=True)
         path = self.out / "prior.json"
-        with open(self.out / ".prior.lock", "w") as lock:
+        from curate.core.errors import open_no_follow
+
+        with open(open_no_follow(self.out / ".prior.lock", os.O_RDWR | os.O_CREAT)) as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             if path.exists():
                 rec = json.loads(path.read_text())

@@ -516,11 +516,11 @@ class GoldVerdicts:
         if not keep:
             return
         self.dir.mkdir(parents=True, exist_ok=True)
-        (self.dir / "grader.txt").write_text(self.grader + "\n")
+        from curate.core.shards import atomic_path, write_text_atomic
+
+        write_text_atomic(self.dir / "grader.txt", self.grader + "\n")
         t = pa.table({"gold": pa.array(list(keep), pa.string()), "ok": pa.array([r.ok for r in keep.values()]),
                       "reason": pa.array([r.reason for r in keep.values()], pa.string())})
-        from curate.core.shards import atomic_path
-
         with atomic_path(self.dir / f"seg_{time.time_ns()}_{uuid.uuid4().hex[:8]}.parquet") as tmp:
             pq.write_table(t, tmp, compression="zstd")
 

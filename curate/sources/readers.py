@@ -279,8 +279,51 @@ def _jsonl_slow(path: Path) -> Iterator[pa.Table]:
         yield rows_to_table(batch)
 
 
+MAX_OPENERS = 5_000  # '[' and '{' in one line, quoted or not: at least its nesting depth; arrow's JSON reader
+# crashes the process (stack overflow) on a value nested past about 10,000, so such a file goes line by line
+
+
+def _nested_too_deep(path: Path, limit: int = MAX_OPENERS) -> bool:
+    """True when some line of the file holds more than ``limit`` brackets and braces (an upper bound on its depth).
+    Counted per 64 KiB piece with ``bytes.count``; only a piece dense with brackets is counted line by line."""
+    carry = 0  # openers since the last newline
+    for piece in _pieces(path, 1 << 16):
+        first, last = piece.find(b"\n"), piece.rfind(b"\n")
+        if first < 0:
+            carry += piece.count(b"[") + piece.count(b"{")
+            if carry > limit:
+                return True
+            continue
+        head, body, tail = piece[:first], piece[first:last], piece[last:]
+        if carry + head.count(b"[") + head.count(b"{") > limit:
+            return True
+        if body.count(b"[") + body.count(b"{") > limit:  # dense: count each line
+            a = np.frombuffer(body, np.uint8)
+            ends = np.flatnonzero(a == 10)
+            opens = np.cumsum((a == 91) | (a == 123), dtype=np.int64)
+            if np.diff(np.append(opens[ends], opens[-1])).max(initial=0) > limit:
+                return True
+        carry = tail.count(b"[") + tail.count(b"{")
+    return False
+
+
+def _pieces(path: Path, size: int) -> Iterator[bytes]:
+    import gzip
+    import zlib
+
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rb") as f:
+        try:
+            while piece := f.read(size):
+                yield piece
+        except (EOFError, gzip.BadGzipFile, zlib.error):
+            return  # the readers say it: a compressed file cut short
+
+
 def _jsonl_fast(path: Path) -> Iterator[pa.Table]:
     row0 = 0
+    if _nested_too_deep(path):
+        raise FastPathFailed(f"a line nests deeper than {MAX_OPENERS} brackets: read line by line")
     try:
         reader = pajson.open_json(path, read_options=pajson.ReadOptions(block_size=8 << 20))
         for rb in reader:

@@ -321,3 +321,24 @@ def test_resample_ends_is_part_of_the_simulated_rule_and_the_card_says_when_mass
     assert "masses, not probabilities; `--prior store`" in reliability_sentence(rel, "jeffreys")
     assert reliability_sentence(rel, "store").endswith("they are masses, not probabilities.")
     assert "not probabilities" not in reliability_sentence({**rel, "ece": 0.03}, "store")
+
+
+def test_the_prior_lock_is_never_written_through_a_link(tmp_path):
+    from curate.core.errors import GradusError
+    from curate.pipeline import ingest
+
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"problem": "Problem a: compute 1", "answer": "1"}\n')
+    ingest(str(src), tmp_path / "in", adapter="generic")
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    cfg = _cfg(tmp_path, AdaptiveConfig(adaptive=True, delta=0.1, k_max=8, k_step=4, prior="store"))
+    cfg = dataclasses.replace(cfg, store=str(tmp_path / "store"))
+    rule = lambda r: ["\\boxed{1}"] * (r.n or 4)  # noqa: E731
+    estimate([tmp_path / "in"], tmp_path / "est", cfg, sampler=ScriptedSampler(cfg.sampling, rule), progress=False)
+    (tmp_path / "est" / ".prior.lock").unlink()
+    (tmp_path / "est" / ".prior.lock").symlink_to(victim)
+    with pytest.raises(GradusError, match="prior.lock"):  # the folder's check names it; the lock's own open refuses too
+        estimate([tmp_path / "in"], tmp_path / "est", cfg, sampler=ScriptedSampler(cfg.sampling, rule), progress=False,
+                 force=True)
+    assert victim.read_text() == "precious\n"
