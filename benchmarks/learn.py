@@ -53,7 +53,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 LEVELS = ("1", "2", "3", "4")
-ARMS = ("uniform", "kimi", "signal", "signal_flat")
+ARMS = ("uniform", "kimi", "signal", "signal_flat", "signal_screen")
+SCREEN = 4  # signal_screen: completions of a candidate's screen (of group_size 8), the rest only where worth it
 # reasoning-gym task settings, one per level, easiest first. SmolLM2-135M with fewshot at T = 1.0 (16 problems x 8
 # samples each): chain_sum 2 x 1 digit 0.14, products 1 x 1 digit 0.12, basic_arithmetic 2 x 1 digit 0.03 (chat 0.04
 # and qwen_math 0.02 on chain_sum); leg_counting, lcm, simple_equations and 3-term sums were at 0.00-0.02: no
@@ -67,7 +68,31 @@ RG_LEVELS = {
 # one optimizer update per rollout batch (mini_batches=1, as the CPU learning setting in shared/ENGINES.md): the dapo
 # preset's 4 updates a batch cost 4x the training time for the same completions
 SETTING = dict(preset="dapo", mini_batches=1, rollout_backend="vllm", template="fewshot", prompts_per_step=4,
-               group_size=8, max_tokens=128, lr=1e-5, temperature=1.0, micro_batch_size=16, short_batch="skip", eval_k=2)
+               group_size=8, max_tokens=128, lr=1e-5, temperature=1.0, micro_batch_size=16, short_batch="skip", eval_k=4)
+
+
+def problem_key(text: str) -> str:
+    """What makes two problems the same task, whatever the wording: the numbers and operators in order (``What is
+    3 + 5?`` and ``Calculate 3+5.`` share ``3 + 5``)."""
+    import re
+
+    return " ".join(re.findall(r"\d+(?:\.\d+)?|[-+*/×÷^()=<>]", text.replace("\\times", "*").replace("\\cdot", "*")))
+
+
+def distinct_held(rows: list[dict], per_level: int) -> tuple[list[dict], set[str]]:
+    """``per_level`` held-out rows a level whose tasks (``problem_key``) appear once across every level, lower
+    levels first; and the keys they hold (no training row may share one)."""
+    seen: set[str] = set()
+    out = []
+    for lv in LEVELS:
+        n = 0
+        for r in rows:
+            k = problem_key(r["problem"])
+            if str(r["level"]) == lv and n < per_level and k not in seen:
+                seen.add(k)
+                out.append(r)
+                n += 1
+    return out, seen
 
 
 def _write_jsonl(rows: list[dict], path: Path) -> None:
@@ -83,28 +108,33 @@ def _sources(family: str, d: Path, a) -> None:
     if family == "ladder":
         from curate.sources.synthetic import generate
 
-        want = a.held_per_level + a.train_per_level
+        want = 3 * a.held_per_level + a.train_per_level
         picked, seen, per = [], set(), defaultdict(int)
         for r in generate(400 * want, a.data_seed, difficulty=(1, 4), mix="ladder"):
             if r["problem"] not in seen and per[str(r["level"])] < want:
                 seen.add(r["problem"])
                 per[str(r["level"])] += 1
                 picked.append(r)
-        held = [r for lv in LEVELS for r in [x for x in picked if str(x["level"]) == lv][: a.held_per_level]]
-        train = [r for r in picked if r not in held]
+        held, keys = distinct_held(picked, a.held_per_level)
+        per_train: dict = defaultdict(int)
+        train = []
+        for r in picked:
+            if problem_key(r["problem"]) not in keys and per_train[str(r["level"])] < a.train_per_level:
+                per_train[str(r["level"])] += 1
+                train.append(r)
         for name, rows in (("held", held), ("train", train)):
             _write_jsonl(rows, d / "src" / f"{name}.jsonl")
             ingest(str(d / "src" / f"{name}.jsonl"), d / f"{name}_in", adapter="generic")
         return
     # reasoning-gym: each level its own source; held-out seeds 10^6 away from the training ones
-    for name, n, base in (("held", a.held_per_level, 10**6), ("train", a.train_per_level, 0)):
+    for name, n, base in (("held", 3 * a.held_per_level, 10**6), ("train", a.train_per_level, 0)):
         for lv, spec in RG_LEVELS.items():
             ingest(f"reasoning_gym:{spec},n={n},seed={base + a.data_seed * 10**4},level={lv}",
                    d / "rg" / f"{name}_{lv}", source_name=f"rg{lv}")
-    held_rows = [r for lv in LEVELS for r in read_table(d / "rg" / f"held_{lv}" / "kept").to_pylist()]
-    texts = {r["problem"] for r in held_rows}
+    held_rows, keys = distinct_held([r for lv in LEVELS for r in read_table(d / "rg" / f"held_{lv}" / "kept").to_pylist()],
+                                    a.held_per_level)
     train_rows = [r for lv in LEVELS for r in read_table(d / "rg" / f"train_{lv}" / "kept").to_pylist()
-                  if r["problem"] not in texts]
+                  if problem_key(r["problem"]) not in keys]
     for name, rows in (("held", held_rows), ("train", train_rows)):
         plain = [{"id": r["source_id"], "problem": r["problem"], "answer": r["answer"], "level": r["level"],
                   "subject": r["subject"]} for r in rows]
@@ -132,7 +162,7 @@ def prepare(family: str, d: Path, a) -> dict:
     for r in scored:
         by_level[str(r["level"])].append(r["pass_rate"])
     rates = [r["pass_rate"] for r in scored]
-    return {"family": family, "levels": {r["id"]: str(r["level"]) for r in held},
+    return {"family": family, "estimate_k": a.k, "levels": {r["id"]: str(r["level"]) for r in held},
             "train_rows": len(scored), "heldout_rows": len(held),
             "heldout_by_level": {lv: sum(str(r["level"]) == lv for r in held) for lv in LEVELS},
             "scored_mean_pass_rate": round(statistics.mean(rates), 3),
@@ -146,14 +176,15 @@ def arm_config(arm: str, seed: int, d: Path, out: Path, a, sets: dict):
 
     kw = dict(SETTING, max_tokens=a.max_tokens, seed=seed, out=str(out), eval_data=[str(d / "held_in")],
               eval_prompts=10**6, budget_completions=a.budget, eval_every_completions=a.budget // a.evals,
-              eval_at_start=arm == "uniform", steps=10**6, save_every=a.save_every)
+              eval_at_start=True, steps=10**6, save_every=a.save_every)
     if arm == "kimi":  # the stages share the steps the budget is expected to buy at uniform's waste; the last one
         # goes on until the budget is spent
         expected = max(3, round(a.budget / (SETTING["prompts_per_step"] * SETTING["group_size"] * 3.5)))
         return TrainConfig(data=[str(d / "kimi")], sampler="kimi", stage_steps=max(1, expected // 3), **kw)
     if arm == "uniform":
         return TrainConfig(data=[str(d / "scored")], sampler="uniform", **kw)
-    return TrainConfig(data=[str(d / "scored")], sampler="signal", offline_prior=arm == "signal", **kw)
+    return TrainConfig(data=[str(d / "scored")], sampler="signal", offline_prior=arm != "signal_flat",
+                       screen=SCREEN if arm == "signal_screen" else 0, **kw)
 
 
 def one(a, arm: str, seed: int, d: Path) -> None:
@@ -181,11 +212,24 @@ def run_all(a, d: Path) -> None:
         log.parent.mkdir(parents=True, exist_ok=True)
         with open(log, "a") as f:
             p = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env)
+        if p.returncode == 0 and a.keep:  # each finished run kept as it lands (a stopped session loses nothing done)
+            keep_run(d / "runs" / f"{arm}_{seed}", Path(a.keep) / json.loads((d / "sets.json").read_text())["family"], a)
         print(f"{arm} seed {seed}: {'done' if p.returncode == 0 else f'FAILED (exit {p.returncode}, see {log})'}",
               flush=True)
 
     with ThreadPoolExecutor(a.jobs) as ex:
         list(ex.map(go, jobs))
+
+
+def keep_run(run: Path, dest: Path, a) -> None:
+    """A finished run's metrics, evaluations and settings into ``dest/RUN`` (and the family's sets once)."""
+    (dest / run.name).mkdir(parents=True, exist_ok=True)
+    for name in ("metrics.jsonl", "eval.jsonl", "config.json"):
+        if (run / name).exists():
+            shutil.copy(run / name, dest / run.name / name)
+    sets = run.parent.parent / "sets.json"
+    if not (dest / "sets.json").exists():
+        shutil.copy(sets, dest / "sets.json")
 
 
 # ---- the report ------------------------------------------------------------------------------------------
@@ -204,9 +248,11 @@ def _fmt(t: tuple[float, float, float]) -> str:
 
 
 def load_runs(d: Path) -> list[dict]:
+    """The finished runs of a family: ``d/runs`` (a working folder) or ``d`` itself (kept runs)."""
     runs = []
-    for out in sorted((d / "runs").glob("*_*")):
-        if not out.is_dir() or not (out / "DONE").exists():
+    root = d / "runs" if (d / "runs").is_dir() else d
+    for out in sorted(root.glob("*_*")):
+        if not out.is_dir() or not (out / "eval.jsonl").exists() or (root == d / "runs" and not (out / "DONE").exists()):
             continue
         arm, _, seed = out.name.rpartition("_")
         ms = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
@@ -215,63 +261,106 @@ def load_runs(d: Path) -> list[dict]:
     return runs
 
 
-def report(d: Path) -> dict:
+T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
+
+
+def t_interval(xs: list[float]) -> tuple[float, float, float]:
+    """Mean and Student's t 95% interval over seeds (nan bounds for one seed)."""
+    m = statistics.mean(xs)
+    if len(xs) < 2:
+        return m, math.nan, math.nan
+    h = T95.get(len(xs) - 1, 1.96) * statistics.stdev(xs) / math.sqrt(len(xs))
+    return m, m - h, m + h
+
+
+def at_budget(points: dict[int, list[dict]], budget: int, keys: tuple[str, ...]) -> dict[str, tuple]:
+    """Per prompt, each metric of ``keys`` at exactly ``budget`` completions: linear between the last evaluation
+    before the budget and the first at or after it (the run stops after the step that crosses it)."""
+    xs = sorted(points)
+    hi = next((x for x in xs if x >= budget), xs[-1])
+    lo = max((x for x in xs if x < hi), default=hi)
+    w = 0.0 if hi == lo else min(1.0, (budget - lo) / (hi - lo))
+    a = {e["id"]: e for e in points[lo]}
+    return {e["id"]: tuple((1 - w) * float(a[e["id"]][k]) + w * float(e[k]) for k in keys)
+            for e in points[hi] if e["id"] in a}
+
+
+def report(d: Path, budget: int) -> dict:
     sets = json.loads((d / "sets.json").read_text())
     levels = sets["levels"]
     runs = load_runs(d)
     out: dict = {"data": {k: v for k, v in sets.items() if k != "levels"}, "arms": {}, "vs_uniform": {}}
-    # evaluation points: the step-0 evaluation (uniform's, the same policy for every arm of a seed) and each arm's own
+    k = next((e["k"] for r in runs for e in r["eval"]), 2)
+    mk = f"mean@{k}"
+    keys = (mk, "greedy_correct", "boxed")
+    # uniform's step-0 evaluation stands in for runs from before every arm evaluated at step 0 (the same policy)
     start = {r["seed"]: [e for e in r["eval"] if e["step"] == 0] for r in runs if r["arm"] == "uniform"}
-    final: dict = {}  # (arm, seed) -> {id: (mean@2, greedy)}
-    curve: dict = defaultdict(list)  # arm -> [(completions, mean@2 overall)] over seeds
+    final: dict = {}  # (arm, seed) -> {id: (mean@k, greedy, boxed)} at exactly the budget
+    curve: dict = defaultdict(list)  # arm -> [(completions, seed, mean@k overall)]
+    estimate_cost = sets.get("offline_estimate_completions", 0)
     for r in runs:
         steps = [m for m in r["metrics"] if m.get("step", 0) > 0]
-        trained = sum(m.get("groups") or 0 for m in steps)
+        trained = sum(m.get("groups") or 0 for m in steps if not m.get("skipped"))
         completions = sum(m.get("completions") or 0 for m in steps)
+        in_trained = sum(m.get("completions_trained") or 0 for m in steps if not m.get("skipped"))
         points = defaultdict(list)
-        for e in start.get(r["seed"], []) + [e for e in r["eval"] if e["step"] > 0]:
+        own0 = [e for e in r["eval"] if e["step"] == 0]
+        for e in (own0 or start.get(r["seed"], [])) + [e for e in r["eval"] if e["step"] > 0]:
             points[e.get("completions", 0) if e["step"] > 0 else 0].append(e)
-        last = max(points)
-        final[r["arm"], r["seed"]] = {e["id"]: (e["mean@2"], float(e["greedy_correct"])) for e in points[last]}
+        final[r["arm"], r["seed"]] = at_budget(points, budget, keys)
         for c, es in sorted(points.items()):
-            curve[r["arm"]].append((c, r["seed"], statistics.mean(e["mean@2"] for e in es)))
+            curve[r["arm"]].append((c, r["seed"], statistics.mean(e[mk] for e in es)))
+        f = final[r["arm"], r["seed"]]
         row = out["arms"].setdefault(r["arm"], {"runs": []})
         row["runs"].append({"seed": r["seed"], "steps": len(steps), "trained_groups": trained, "completions": completions,
                             "completions_per_group": round(completions / trained, 2) if trained else None,
+                            "trained_share": round(in_trained / completions, 3) if completions and in_trained else None,
+                            "screened_out": sum(m.get("screened_out") or 0 for m in steps),
                             "skipped_steps": sum(1 for m in steps if m.get("skipped")),
-                            "final_mean@2": round(statistics.mean(v[0] for v in final[r["arm"], r["seed"]].values()), 4),
-                            "final_greedy": round(statistics.mean(v[1] for v in final[r["arm"], r["seed"]].values()), 4),
-                            "curve": [(c, round(statistics.mean(e["mean@2"] for e in es), 4))
-                                      for c, es in sorted(points.items())]})
-    for row in out["arms"].values():
+                            f"final_{mk}": round(statistics.mean(v[0] for v in f.values()), 4),
+                            "final_greedy": round(statistics.mean(v[1] for v in f.values()), 4),
+                            "final_boxed": round(statistics.mean(v[2] for v in f.values()), 4),
+                            "curve": [(c, round(statistics.mean(e[mk] for e in es), 4)) for c, es in sorted(points.items())]})
+    for arm, row in out["arms"].items():
         rs = row["runs"]
         row["completions_per_group"] = round(sum(x["completions"] for x in rs) / max(1, sum(x["trained_groups"] for x in rs)), 2)
-        row["final_mean@2"] = round(statistics.mean(x["final_mean@2"] for x in rs), 4)
-        row["final_greedy"] = round(statistics.mean(x["final_greedy"] for x in rs), 4)
+        shares = [x["trained_share"] for x in rs if x["trained_share"] is not None]
+        row["trained_share"] = round(statistics.mean(shares), 3) if shares else None
+        row["completions_used"] = [x["completions"] for x in rs]
+        row["offline_estimate_completions"] = estimate_cost if arm in ("signal", "signal_screen", "kimi") else 0
+        for name in (f"final_{mk}", "final_greedy", "final_boxed"):
+            row[name] = round(statistics.mean(x[name] for x in rs), 4)
+    out["budget"], out["metric"] = budget, mk
     uni = out["arms"].get("uniform")
-    if uni:  # uniform's final mean@2 unrounded (the rounded figure can sit above uniform's own curve)
+    if uni:  # uniform's final mean@k unrounded
         target = statistics.mean(statistics.mean(v[0] for v in final["uniform", x["seed"]].values()) for x in uni["runs"])
         for arm, row in out["arms"].items():
             row["completions_per_group_vs_uniform"] = round(row["completions_per_group"] / uni["completions_per_group"], 3)
-            row["completions_to_uniform_final"] = _reach(curve[arm], target)
+            reach = _reach(curve[arm], target)
+            row["completions_to_uniform_final"] = reach
+            row["completions_to_uniform_final_with_estimate"] = (None if reach is None
+                                                                 else reach + row["offline_estimate_completions"])
     for arm in out["arms"]:
         if arm == "uniform":
             continue
         seeds = sorted(s for (x, s) in final if x == arm and ("uniform", s) in final)
         if not seeds:
             continue
-        res: dict = {}
-        for mi, metric in enumerate(("mean@2", "greedy")):
+        res: dict = {"seeds": seeds}
+        for mi, metric in enumerate((mk, "greedy", "boxed")):
             for lv in (*LEVELS, "all"):
-                ids = [i for i in final["uniform", seeds[0]] if lv == "all" or levels.get(i) == lv]
+                ids = [i for i in final["uniform", seeds[0]] if (lv == "all" or levels.get(i) == lv)
+                       and all(i in final[arm, s] and i in final["uniform", s] for s in seeds)]
                 if not ids:
                     continue
                 per_prompt = [statistics.mean(final[arm, s][i][mi] - final["uniform", s][i][mi] for s in seeds)
                               for i in ids]
-                res.setdefault(metric, {})[lv] = _fmt(paired(per_prompt)) + f" over {len(ids)} prompts, {len(seeds)} seeds"
-            res.setdefault("by_seed", {})[metric] = {
-                str(s): round(statistics.mean(final[arm, s][i][mi] - final["uniform", s][i][mi]
-                                              for i in final["uniform", s]), 4) for s in seeds}
+                per_seed = [statistics.mean(final[arm, s][i][mi] - final["uniform", s][i][mi] for i in ids)
+                            for s in seeds]
+                res.setdefault(metric, {})[lv] = {"seeds_t": _fmt(t_interval(per_seed)),
+                                                  "prompts_paired": _fmt(paired(per_prompt)), "prompts": len(ids)}
+                if lv == "all":
+                    res.setdefault("by_seed", {})[metric] = {str(s): round(x, 4) for s, x in zip(seeds, per_seed, strict=True)}
         out["vs_uniform"][arm] = res
     return out
 
@@ -280,34 +369,38 @@ def markdown(figs: dict) -> str:
     """The report's tables as docs/benchmarks.md shows them."""
     out = []
     for family, fig in figs.items():
-        data = fig["data"]
-        out.append(f"**{family}** ({data['train_rows']} training problems scored at k = 8: mean pass rate "
-                   f"{data['scored_mean_pass_rate']}, by level {data['scored_mean_by_level']}; "
+        data, mk = fig["data"], fig["metric"]
+        out.append(f"**{family}** ({data['train_rows']} training problems scored at k = {data.get('estimate_k', 8)}: "
+                   f"mean pass rate {data['scored_mean_pass_rate']}, by level {data['scored_mean_by_level']}; "
                    f"{data['never_solved_rows']} never and {data['always_solved_rows']} always solved; the offline "
-                   f"estimate cost {data['offline_estimate_completions']:,} completions; {data['heldout_rows']} held out)\n")
-        out.append("| arm | seeds | completions per trained group (vs uniform) | held-out mean@2 | greedy | mean@2 vs "
-                   "uniform, all levels | greedy vs uniform | completions to reach uniform's final mean@2 |")
-        out.append("|---|---:|---:|---:|---:|---|---|---:|")
+                   f"estimate cost {data['offline_estimate_completions']:,} completions; {data['heldout_rows']} distinct "
+                   f"prompts held out; every figure at exactly {fig['budget']} completions, interpolated)\n")
+        out.append(f"| arm | seeds | completions per trained group (vs uniform) | in trained groups | held-out {mk} | "
+                   f"greedy | boxed | {mk} vs uniform: over seeds (t) | over prompts (paired) | greedy vs uniform (t) "
+                   f"| completions to uniform's final {mk} (+ estimate) |")
+        out.append("|---|---:|---:|---:|---:|---:|---:|---|---|---|---:|")
         for arm in ARMS:
             r = fig["arms"].get(arm)
             if not r:
                 continue
             vs = fig["vs_uniform"].get(arm, {})
-            m = vs.get("mean@2", {}).get("all", "").split(" over")[0] or "-"
-            g = vs.get("greedy", {}).get("all", "").split(" over")[0] or "-"
-            reach = r.get("completions_to_uniform_final")
+            m = vs.get(mk, {}).get("all", {})
+            g = vs.get("greedy", {}).get("all", {})
+            reach, reach_e = r.get("completions_to_uniform_final"), r.get("completions_to_uniform_final_with_estimate")
+            share = "-" if r.get("trained_share") is None else f"{r['trained_share']:.0%}"
+            reach_s = "not reached" if reach is None else f"{reach:,}" + (f" ({reach_e:,})" if reach_e != reach else "")
             ratio = r.get("completions_per_group_vs_uniform")
             out.append(f"| {arm} | {len(r['runs'])} | {r['completions_per_group']} ({ratio}x) "
-                       f"| {r['final_mean@2']:.3f} | {r['final_greedy']:.3f} | {m} | {g} | "
-                       f"{'not reached' if reach is None else f'{reach:,}'} |")
-        levels = [lv for lv in LEVELS if any(lv in v.get("mean@2", {}) for v in fig["vs_uniform"].values())]
+                       f"| {share} | {r[f'final_{mk}']:.3f} | {r['final_greedy']:.3f} | {r['final_boxed']:.3f} | "
+                       f"{m.get('seeds_t', '-')} | {m.get('prompts_paired', '-')} | {g.get('seeds_t', '-')} | {reach_s} |")
+        levels = [lv for lv in LEVELS if any(lv in v.get(mk, {}) for v in fig["vs_uniform"].values())]
         if levels:
-            out.append("\nmean@2 against uniform by level (paired over prompts, seeds averaged first); per seed:\n")
+            out.append(f"\n{mk} against uniform by level (t over seeds); per seed, all levels:\n")
             out.append("| arm | " + " | ".join(f"level {lv}" for lv in levels) + " | per seed |")
             out.append("|---|" + "---|" * len(levels) + "---|")
             for arm, vs in fig["vs_uniform"].items():
-                cells = [vs["mean@2"].get(lv, "-").split(" over")[0] for lv in levels]
-                seeds = ", ".join(f"{v:+.3f}" for v in vs.get("by_seed", {}).get("mean@2", {}).values())
+                cells = [vs[mk].get(lv, {}).get("seeds_t", "-") for lv in levels]
+                seeds = ", ".join(f"{v:+.3f}" for v in vs.get("by_seed", {}).get(mk, {}).values())
                 out.append(f"| {arm} | " + " | ".join(cells) + f" | {seeds} |")
         out.append("")
     return "\n".join(out)
@@ -345,7 +438,8 @@ def main() -> None:
     ap.add_argument("--budget", type=int, default=384, help="completions each run generates (dropped groups counted)")
     ap.add_argument("--evals", type=int, default=2, help="held-out evaluations along the budget (at budget / evals, ...)")
     ap.add_argument("--max-tokens", type=int, default=128)
-    ap.add_argument("--k", type=int, default=8, help="samples per training problem for the offline estimate")
+    ap.add_argument("--k", type=int, default=4, help="samples per training problem for the offline estimate (the "
+                    "sampler weighs an estimate as at most prior_strength = 4 samples: more is not used)")
     ap.add_argument("--held-per-level", type=int, default=40)
     ap.add_argument("--train-per-level", type=int, default=60)
     ap.add_argument("--data-seed", type=int, default=3)
@@ -364,15 +458,12 @@ def main() -> None:
     if a.report is not None:
         figs = {}
         for folder in map(Path, a.report):
-            fig = report(folder)
+            fig = report(folder, a.budget)
             figs[fig["data"]["family"]] = fig
             if a.keep:
-                dest = Path(a.keep) / fig["data"]["family"]
                 for run in (folder / "runs").glob("*_*"):
                     if (run / "DONE").exists():
-                        (dest / run.name).mkdir(parents=True, exist_ok=True)
-                        for name in ("metrics.jsonl", "eval.jsonl"):
-                            shutil.copy(run / name, dest / run.name / name)
+                        keep_run(run, Path(a.keep) / fig["data"]["family"], a)
         setting = {**SETTING, "budget": a.budget, "evals": a.evals, "estimate_k": a.k}
         print(markdown(figs) if a.markdown else json.dumps({"setting": setting, **figs}, indent=2))
         if a.json:
@@ -395,7 +486,6 @@ def main() -> None:
     if a.prepare_only:
         return
     run_all(a, d)
-    print(json.dumps(report(d), indent=2))
 
 
 if __name__ == "__main__":

@@ -15,6 +15,10 @@ trained group, groups trained within the budget, and the final mean true pass ra
 
     python benchmarks/sampler_sim.py                      # the defaults against uniform and Kimi's weights
     python benchmarks/sampler_sim.py --grid               # the signal sampler's settings side by side
+
+An arm ``NAME:screen=S`` screens its candidates as the trainer's ``screen = S`` does (``rl_stage.screening``): S
+completions each, observed, the rest of the group only for the candidates whose chance of a mixed group is at least
+``--screen-min-chance``; every completion counts in the budget.
 """
 
 from __future__ import annotations
@@ -73,6 +77,11 @@ def run_arm(arm: str, a, seed: int) -> dict:
     from rl_stage.sampler import SignalSampler
 
     rng = np.random.default_rng(seed)
+    screen = 0
+    for part in arm.split(":")[1:]:  # ARM:screen=S (rl_stage.screening): S completions first, the rest where worth it
+        if part.startswith("screen="):
+            screen = int(part.split("=")[1])
+    arm = ":".join(x for x in arm.split(":") if not x.startswith("screen="))
     with tempfile.TemporaryDirectory() as tmp:
         b, e = make_pool(Path(tmp) / "pool", a.pool, a.k, rng, a.theta0, a.offline_noise)
         kw = dict(prior_strength=a.prior_strength, forget_sd=a.forget_sd, drift_sd=a.drift_sd)
@@ -91,22 +100,37 @@ def run_arm(arm: str, a, seed: int) -> dict:
         while used < a.budget:
             kept, rounds, ids = 0, 0, set()
             while kept < a.prompts and rounds < a.max_rounds and used < a.budget:
-                prompts = s.sample(a.prompts, need=a.prompts - kept)
+                missing = a.prompts - kept
+                if screen:
+                    prompts = s.sample(max(missing, int(np.ceil(missing * a.screen_candidates))))
+                else:
+                    prompts = s.sample(a.prompts, need=missing)
                 if not prompts:
                     break
                 rounds += 1
-                results = []
-                for p in prompts:
+                true_p = [1 / (1 + np.exp(-scale * (theta - b[int(p.id[1:])] + e[int(p.id[1:])]))) for p in prompts]
+                if screen:  # as the trainer's _screened: screens observed, chances, the chosen go on
+                    from rl_stage import screening
+
+                    first = [int(rng.binomial(screen, pr)) for pr in true_p]
+                    used += screen * len(prompts)
+                    s.observe([(p.index, c, screen) for p, c in zip(prompts, first, strict=True)])
+                    go = screening.choose(screening.chances(s, [p.index for p in prompts], first, screen,
+                                                            a.group - screen), missing, a.screen_min_chance)
+                    rest = {j: int(rng.binomial(a.group - screen, true_p[j])) for j in go}
+                    used += (a.group - screen) * len(go)
+                    s.observe([(prompts[j].index, c, a.group - screen) for j, c in rest.items()])
+                    counts = [(prompts[j], first[j] + rest[j]) for j in go]
+                else:
+                    counts = [(p, int(rng.binomial(a.group, pr))) for p, pr in zip(prompts, true_p, strict=True)]
+                    used += a.group * len(prompts)
+                    s.observe([(p.index, c, a.group) for p, c in counts])
+                for p, c in counts:
                     i = int(p.id[1:])
-                    pr = 1 / (1 + np.exp(-scale * (theta - b[i] + e[i])))
-                    c = int(rng.binomial(a.group, pr))
-                    used += a.group
-                    results.append((p.index, c, a.group))
                     if 0 < c < a.group and p.id not in ids and kept < a.prompts:
                         ids.add(p.id)
                         kept += 1
                         e[i] += a.lr_prompt
-                s.observe(results)
             if kept == a.prompts:  # a full batch is trained on
                 trained += kept
                 theta += a.lr_global * kept
@@ -118,7 +142,8 @@ def run_arm(arm: str, a, seed: int) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--arms", default="uniform,kimi,signal,signal_flat,oracle")
+    ap.add_argument("--arms", default="uniform,kimi,signal,signal_flat,oracle,uniform:screen=4,signal:screen=4,"
+                    "signal:screen=2")
     ap.add_argument("--seeds", type=int, default=10)
     ap.add_argument("--pool", type=int, default=240)
     ap.add_argument("--k", type=int, default=8)
@@ -135,6 +160,8 @@ def main() -> None:
     ap.add_argument("--prior-strength", type=float, default=4.0)
     ap.add_argument("--forget-sd", type=float, default=0.1)
     ap.add_argument("--drift-sd", type=float, default=0.2)
+    ap.add_argument("--screen-candidates", type=float, default=2.0, help="ARM:screen=S: candidates per missing group")
+    ap.add_argument("--screen-min-chance", type=float, default=0.5, help="ARM:screen=S: the chance a candidate needs")
     ap.add_argument("--grid", action="store_true", help="the signal sampler over prior_strength x forget_sd x drift_sd")
     a = ap.parse_args()
     arms = a.arms.split(",")

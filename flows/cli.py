@@ -316,6 +316,10 @@ def cmd_train(a: argparse.Namespace) -> None:
     steps = [m for m in ms if m.get("step", 0) > 0]
     print(f"train: {len(steps)} steps this run, now at step {t.step}; metrics: {Path(cfg.out) / 'metrics.jsonl'}; "
           f"checkpoints: {Path(cfg.out) / 'checkpoints'}")
+    if steps:
+        from rl_stage.online import completions_line, read_metrics
+
+        print("train: " + completions_line([m for m in read_metrics(Path(cfg.out)) if m.get("step", 0) > 0]))
     if steps and all(m.get("skipped") for m in steps):
         raise TrainError(f"every step of this run was skipped ({steps[-1]['skipped']}): nothing was trained")
 

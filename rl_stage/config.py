@@ -50,6 +50,10 @@ class TrainConfig:
     top_p: float = 1.0  # nucleus for rollouts (DAPO, Dr. GRPO: 1.0)
     max_gen_batches: int = 10  # dynamic sampling: full generation batches per step at most (verl's DAPO recipe: 10);
     # 0: no limit. Kept groups past prompts_per_step are dropped; a step never trains on fewer
+    screen: int = 0  # screened groups (rl_stage.screening): completions per candidate prompt first, the rest of the
+    # group only where it will likely carry a signal; 0: off (every drawn prompt gets its whole group). SPEED-RL: 4 of 16
+    screen_min_chance: float = 0.5  # screen: go on when the chance that the whole group is not all equal is at least this
+    screen_candidates: float = 2.0  # screen: candidates drawn per group still missing in a round (our choice)
     short_batch: str = "error"  # still short after max_gen_batches: error (verl raises) | skip (no update, logged)
     rollout_batch_prompts: int | None = None  # hf rollouts: prompts per generate call; None: a rank's whole round
     vllm_gpu_memory_utilization: float = 0.3  # GPU memory share of the colocated vLLM (TRL colocate 0.3, verl 0.5)
@@ -173,6 +177,12 @@ class TrainConfig:
             raise TrainError("group_size must be >= 2: group baselines need at least two completions")
         if self.max_gen_batches < 0:
             raise TrainError("max_gen_batches must be >= 0 (0: no limit)")
+        if self.screen and not 1 <= self.screen < self.group_size:
+            raise TrainError(f"screen must be 0 (off) or 1 .. group_size - 1 ({self.group_size - 1}), got {self.screen}")
+        if not (math.isfinite(self.screen_min_chance) and 0 <= self.screen_min_chance <= 1):
+            raise TrainError(f"screen_min_chance must be in [0, 1], got {self.screen_min_chance}")
+        if not (math.isfinite(self.screen_candidates) and self.screen_candidates >= 1):
+            raise TrainError(f"screen_candidates must be >= 1 (candidates per missing group), got {self.screen_candidates}")
         if self.short_batch not in ("error", "skip"):
             raise TrainError(f"short_batch must be error or skip, not {self.short_batch!r}")
         from rl_stage.data import CurriculumSampler

@@ -157,6 +157,25 @@ def plot_run(run: Path) -> Path | None:
     return out
 
 
+def completions_line(steps: list[dict]) -> str:
+    """Where a run's completions went: generated (screens included), groups trained, completions per trained group,
+    the share of completions in trained groups, and what screening and dynamic sampling set aside."""
+    trained = sum(m.get("groups") or 0 for m in steps if not m.get("skipped"))
+    made = sum(m.get("completions") or 0 for m in steps)
+    used = sum(m.get("completions_trained") or 0 for m in steps if not m.get("skipped"))
+    screened = sum(m.get("screened_out") or 0 for m in steps)
+    dropped = sum(m.get("dropped_groups") or 0 for m in steps)
+    skipped = sum(1 for m in steps if m.get("skipped"))
+    line = f"completions generated {made:,}, groups trained {trained:,}"
+    if trained:
+        line += f", {made / trained:.1f} completions per trained group"
+    if made and any("completions_trained" in m for m in steps):
+        line += f", {used / made:.0%} of completions in trained groups"
+    parts = [f"{screened} groups screened out" if screened else "", f"{dropped} groups dropped" if dropped else "",
+             f"{skipped} steps skipped" if skipped else ""]
+    return line + ("; " + ", ".join(x for x in parts if x) if any(parts) else "")
+
+
 def summary_lines(run: Path) -> list[str]:
     """What ``gradus show RUN`` prints for a training run: progress, the waste of dynamic sampling, the held-out
     figures, and how pass rates moved per offline bucket."""
@@ -166,12 +185,7 @@ def summary_lines(run: Path) -> list[str]:
     out = [f"{run}: a training run ({cfg.get('preset', '?')}, sampler {cfg.get('sampler', '?')}, "
            f"template {cfg.get('template', '?')}), {len(steps)} steps of {cfg.get('steps', '?')}"]
     if steps:
-        trained = sum(m.get("groups") or 0 for m in steps)
-        made = sum(m.get("completions") or 0 for m in steps)
-        skipped = sum(1 for m in steps if m.get("skipped"))
-        out.append(f"  completions generated {made:,}, groups trained {trained:,}"
-                   + (f", {made / trained:.1f} completions per trained group" if trained else "")
-                   + (f"; {skipped} steps skipped" if skipped else ""))
+        out.append("  " + completions_line(steps))
     evals = [m for m in ms if m.get("eval/prompts")]
     for m in (evals[:1] + evals[-1:]) if len(evals) > 1 else evals:
         figs = ", ".join(f"{k[5:]} {v:.3f}" for k, v in m.items() if k.startswith("eval/") and isinstance(v, float))

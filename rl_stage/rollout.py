@@ -30,7 +30,9 @@ class Rollout:
     short: bool = False  # dynamic sampling ended below the target (max_gen_batches reached, or the pool drawn)
     pool_drawn: bool = False  # every prompt of the pool was drawn in this step: no more rounds could be had
     boxed: list[bool] = field(default_factory=list)  # every generated completion: has an explicit answer
-    completions: int = 0  # every generated completion, dropped groups' too
+    completions: int = 0  # every generated completion, dropped groups' and screens' too
+    screened_out: int = 0  # candidates whose screen said the rest of the group was not worth generating
+    screen_completions: int = 0  # completions of the screening passes (continued groups' first ones included)
     by_bucket: dict = field(default_factory=dict)  # offline bucket -> [correct, completions] of every generated group
 
 
@@ -101,7 +103,7 @@ class Rollouts:
             return self.engine.load_weights(self.full_weights(next(self.engine.model.parameters()).dtype))
         return 0.0  # transformers rollouts sample from the trained model itself
 
-    def requests(self, prompts, tag: str, positions: list[int]):
+    def requests(self, prompts, tag: str, positions: list[int], first: int = 0, n: int | None = None):
         from curate.difficulty import templates
 
         reqs, ok = [], []
@@ -113,20 +115,22 @@ class Rollouts:
                 continue
             # request ids are positional: two rows may share a problem id (the same text in two sources); the
             # position is the prompt's place in the global batch, so its samples do not depend on the rank
-            reqs.append(self.gen_request(f"{i}:{p.id}", text, ids, f"{tag}/{i}/{p.id}"))
+            reqs.append(self.gen_request(f"{i}:{p.id}", text, ids, f"{tag}/{i}/{p.id}", first, n))
             ok.append((i, p))
         return reqs, ok
 
     @staticmethod
-    def gen_request(pid, text, ids, key):
+    def gen_request(pid, text, ids, key, first: int = 0, n: int | None = None):
         from curate.difficulty import GenRequest
 
-        return GenRequest(pid, text, ids, None, key)
+        return GenRequest(pid, text, ids, None, key, first, n)
 
-    def generate(self, prompts, tag: str, cfg=None, positions: list[int] | None = None):
-        """[(position, prompt, prompt ids, completions)] for the prompts that fit, and how many did not."""
+    def generate(self, prompts, tag: str, cfg=None, positions: list[int] | None = None, first: int = 0,
+                 n: int | None = None):
+        """[(position, prompt, prompt ids, completions)] for the prompts that fit, and how many did not. ``first``,
+        ``n``: samples ``first .. first + n - 1`` of each prompt (a screened group's screen, then its rest)."""
         positions = list(range(len(prompts))) if positions is None else positions
-        reqs, ok = self.requests(prompts, tag, positions)
+        reqs, ok = self.requests(prompts, tag, positions, first, n)
         self.model.eval()
         # transformers rollouts sample from the trained model itself, under the same autocast as its training pass
         with self.torch.autocast(self.device, dtype=self.torch.bfloat16,
@@ -134,13 +138,18 @@ class Rollouts:
             res = dict(self.engine.stream(reqs, logprobs=self.cfg.rollout_backend == "vllm", cfg=cfg))
         return [(i, p, r.prompt_ids, res[r.id]) for (i, p), r in zip(ok, reqs, strict=True)], len(prompts) - len(ok)
 
-    def round(self, prompts, tag: str, cfg=None):
-        """Generate and grade one global batch: each rank its share (positions rank, rank + world, ...), then
+    def round(self, prompts, tag: str, cfg=None, positions: list[int] | None = None, first: int = 0,
+              n: int | None = None):
+        """Generate and grade one global batch: each rank its share (every world-th prompt from its rank), then
         every rank gets all groups in global order: [(position, (prompt, prompt ids, completions), rewards,
-        correct)], the number of prompts too long, and this rank's generate and reward seconds."""
+        correct)], the number of prompts too long, and this rank's generate and reward seconds. ``positions``: the
+        prompts' places in their round (their samples' seeds derive from them; default 0, 1, ...); ``first``, ``n``:
+        which samples of each prompt (``generate``)."""
+        positions = list(range(len(prompts))) if positions is None else positions
         mine = list(range(self.pg.rank, len(prompts), self.pg.world))
         tg = time.perf_counter()
-        groups, n_long = self.generate([prompts[i] for i in mine], tag, cfg=cfg, positions=mine)
+        groups, n_long = self.generate([prompts[i] for i in mine], tag, cfg=cfg, positions=[positions[i] for i in mine],
+                                       first=first, n=n)
         gen_s = time.perf_counter() - tg
         tr = time.perf_counter()
         rewards, correct = self.rewards([g[1:] for g in groups])

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import random
 import time
 from dataclasses import asdict, replace
@@ -229,27 +230,28 @@ class Trainer:
         ro.target = target = min(cfg.prompts_per_step, self.sampler.size)
         kept_ids: set[str] = set()
         drawn: set[int] = set()  # the pool's rows drawn in this step
+        screen = cfg.screen
         while len(ro.kept) < target and (limit is None or ro.gen_rounds < limit):
-            prompts = self.sampler.sample(cfg.prompts_per_step, need=target - len(ro.kept) if dynamic else None)
+            missing = target - len(ro.kept)
+            if screen:  # more candidates than groups missing: the screen is the filter (rl_stage.screening)
+                prompts = self.sampler.sample(max(missing, math.ceil(missing * cfg.screen_candidates)))
+            else:
+                prompts = self.sampler.sample(cfg.prompts_per_step, need=missing if dynamic else None)
             if not prompts:  # every prompt of the pool was drawn in this step already
                 break
             drawn.update(x.index for x in prompts)
-            groups, n_long, gen_s, reward_s = self.rollouts.round(prompts, f"{self.step}/{ro.gen_rounds}")
-            ro.gen_s += gen_s
-            ro.reward_s += reward_s
-            ro.too_long += n_long
+            tag = f"{self.step}/{ro.gen_rounds}"
+            if screen:
+                groups = self._screened(prompts, tag, missing, ro)
+            else:
+                groups = self._round(ro, prompts, tag)
+                self.sampler.observe([(g[0].index, sum(c), len(c)) for _, g, _, c in groups])
+                for _, g, _, c in groups:
+                    self._count(ro, g, c)
+                ro.groups_generated += len(groups)
             ro.gen_rounds += 1
-            ro.groups_generated += len(groups)
-            self.sampler.observe([(g[0].index, sum(c), len(c)) for _, g, _, c in groups])
             for _, g, r, c in groups:
                 p = g[0]
-                self._record(p, sum(c), len(c))
-                ro.completions += len(c)
-                ro.accuracy.append(sum(c) / len(c))
-                by = ro.by_bucket.setdefault(p.bucket or "unscored", [0, 0])
-                by[0] += sum(c)
-                by[1] += len(c)
-                ro.boxed += [explicit(x.text) for x in g[2]]
                 signal = [float(x) for x in c] if alg["dynamic_sampling_metric"] == "acc" else r
                 if dynamic and (not bool(algorithms.dynamic_sampling_keep(torch.tensor([signal]))[0]) or p.id in kept_ids):
                     ro.dropped += 1
@@ -264,6 +266,58 @@ class Trainer:
         ro.pool_drawn = ro.short and len(drawn) >= self.sampler.size
         ro.kept = ro.kept[:target]
         return ro
+
+    def _round(self, ro: Rollout, prompts, tag: str, **kw) -> list:
+        """``Rollouts.round``, its seconds and prompts too long added to ``ro``."""
+        groups, n_long, gen_s, reward_s = self.rollouts.round(prompts, tag, **kw)
+        ro.gen_s += gen_s
+        ro.reward_s += reward_s
+        ro.too_long += n_long
+        return groups
+
+    def _count(self, ro: Rollout, g, c) -> None:
+        """A graded group (a whole one, or a screen that went no further) into the step's counts and the online table."""
+        p = g[0]
+        self._record(p, sum(c), len(c))
+        ro.completions += len(c)
+        ro.accuracy.append(sum(c) / len(c))
+        by = ro.by_bucket.setdefault(p.bucket or "unscored", [0, 0])
+        by[0] += sum(c)
+        by[1] += len(c)
+        ro.boxed += [explicit(x.text) for x in g[2]]
+
+    def _screened(self, prompts, tag: str, missing: int, ro: Rollout) -> list:
+        """One screened round (``rl_stage.screening``): ``screen`` completions of every candidate, observed by the
+        sampler; the rest of the group (samples ``screen .. G-1``) for the candidates chosen to go on. Returns the
+        continued groups, whole, as ``Rollouts.round`` gives groups; the others count as screened out."""
+        from rl_stage import screening
+
+        cfg = self.cfg
+        s, rest = cfg.screen, cfg.group_size - cfg.screen
+        first = self._round(ro, prompts, tag, n=s)
+        ro.groups_generated += len(first)
+        ro.screen_completions += sum(len(c) for _, _, _, c in first)
+        self.sampler.observe([(g[0].index, sum(c), len(c)) for _, g, _, c in first])
+        chance = screening.chances(self.sampler, [g[0].index for _, g, _, _ in first], [sum(c) for *_, c in first], s,
+                                   rest)
+        go = screening.choose(chance, missing, cfg.screen_min_chance)
+        more = {}
+        if go:
+            cont = [first[j] for j in go]
+            done = self._round(ro, [g[0] for _, g, _, _ in cont], tag, positions=[x[0] for x in cont], first=s, n=rest)
+            self.sampler.observe([(g[0].index, sum(c), len(c)) for _, g, _, c in done])
+            more = {pos: (g, r, c) for pos, g, r, c in done}
+        out = []
+        for pos, g, r, c in first:
+            if pos not in more:
+                ro.screened_out += 1
+                self._count(ro, g, c)
+                continue
+            g2, r2, c2 = more[pos]
+            whole = (g[0], g[1], list(g[2]) + list(g2[2]))
+            self._count(ro, whole, list(c) + list(c2))
+            out.append((pos, whole, list(r) + list(r2), list(c) + list(c2)))
+        return out
 
     def _advance_schedule(self) -> None:
         """One schedule step per rollout step, also when no update ran (torch warns about that order)."""
@@ -282,11 +336,15 @@ class Trainer:
         priors = [p.prior for p in kept_prompts if p.prior is not None]
         expected = [p.expected for p in kept_prompts if p.expected is not None]
         with_signal = sum(1 for _, r, _ in (ro.kept[: ro.target] if not ro.short else []) if max(r) != min(r))
+        trained = sum(len(c) for _, _, c in ro.kept[: ro.target]) if kept_prompts else 0
         metrics = {"step": self.step + 1, "stage": self.sampler.stage_name, "groups": len(kept_prompts),
                    "groups_with_signal": with_signal,
                    "groups_generated": ro.groups_generated, "dropped_groups": ro.dropped, "gen_rounds": ro.gen_rounds,
                    "completions": ro.completions, "completions_total": self.completions,
                    "completions_per_group": round(ro.completions / len(kept_prompts), 3) if kept_prompts else None,
+                   "completions_trained": trained,
+                   "trained_share": round(trained / ro.completions, 4) if ro.completions else None,
+                   "screened_out": ro.screened_out, "screen_completions": ro.screen_completions,
                    "prior_pass_rate": float(np.mean(priors)) if priors else None,
                    "expected_pass_rate": float(np.mean(expected)) if expected else None,
                    "accuracy_by_bucket": {b: round(c / n, 4) for b, (c, n) in sorted(ro.by_bucket.items())},

@@ -65,6 +65,26 @@ def runs(tmp_path_factory):
     return d
 
 
+def test_two_ranks_screen_as_one_process_does(runs):
+    """Screened groups under torchrun: every rank gets every screen back, so every rank continues the same candidates,
+    and the run makes the decisions, counts and updates of one process."""
+    base = json.loads((runs / "one.json").read_text())
+    for name in ("screen_one", "screen_two"):
+        (runs / f"{name}.json").write_text(json.dumps({**base, "out": str(runs / name), "dynamic_sampling": True,
+                                                       "screen": 2, "short_batch": "skip", "max_gen_batches": 2,
+                                                       "eval_prompts": 0}))
+    _train(runs / "screen_one.json")
+    _train(runs / "screen_two.json", "--nproc-per-node", "2")
+    keys = ("groups_generated", "screened_out", "screen_completions", "completions", "completions_trained", "groups",
+            "dropped_groups", "reward", "tokens_generated", "skipped")
+    m1, m2 = _lines(runs / "screen_one" / "metrics.jsonl"), _lines(runs / "screen_two" / "metrics.jsonl")
+    assert [[m.get(k) for k in keys] for m in m1] == [[m.get(k) for k in keys] for m in m2]
+    assert sum(m["screen_completions"] for m in m1) > 0
+    for a, b in zip(m1, m2, strict=True):
+        if a.get("loss") is not None:
+            assert b["loss"] == pytest.approx(a["loss"], rel=1e-4, abs=1e-7)
+
+
 def test_two_ranks_train_the_weights_of_one_process_on_the_same_global_batch(runs):
     from safetensors.torch import load_file
 

@@ -1,0 +1,84 @@
+"""Screened groups: a few completions per candidate prompt first, the rest of the group only where it will likely
+carry a learning signal.
+
+A GRPO group of G completions whose rewards are all equal teaches nothing, and dynamic sampling throws it away with
+every completion it cost. SPEED-RL (Zhang et al. 2025, arXiv:2506.09016) screens instead: ``s`` completions per
+candidate, and the remaining ``G - s`` only for candidates whose screen shows they are neither solved nor hopeless;
+the screening completions are part of the group. gradus decides from the sampler's belief, not from a fixed
+"0 < c < s" test: after the screen is observed, the chance that the *whole* group of G is not all equal is
+
+- 1 when the screen is already mixed (0 < c < s);
+- ``1 - E[(1 - p)^(G - s)]`` when the screen is all wrong (c = 0): one right answer among the rest is needed;
+- ``1 - E[p^(G - s)]`` when it is all right (c = s),
+
+the expectation over the posterior pass rate p of the prompt. The signal sampler's posterior is its log-odds belief
+(``rl_stage.sampler``), updated with the screen; samplers without a belief (uniform, kimi, stages) use the screen
+alone under a flat prior, Beta(1 + c, 1 + s - c), where the expectations are Beta-function ratios.
+
+A candidate goes on when that chance is at least ``screen_min_chance``; of those, the likeliest are continued until
+their chances add up to the groups still missing (the refill rule of ``SignalSampler.sample``). The rest of a
+continued group are samples ``s .. G-1`` of the same request key, so with per-sample seeds (vLLM) a continued group
+holds exactly the completions an unscreened one would.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+
+def _log_beta(a: float, b: float) -> float:
+    return math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b)
+
+
+def chance_flat(c: int, s: int, rest: int) -> float:
+    """The chance that a group whose screen had ``c`` of ``s`` right is not all equal once ``rest`` more completions are
+    added, under Beta(1 + c, 1 + s - c) (a flat prior and the screen)."""
+    if 0 < c < s:
+        return 1.0
+    if rest <= 0:
+        return 0.0
+    a, b = 1.0 + c, 1.0 + s - c
+    if c == 0:  # all wrong so far: E[(1 - p)^rest] = B(a, b + rest) / B(a, b)
+        return 1.0 - math.exp(_log_beta(a, b + rest) - _log_beta(a, b))
+    return 1.0 - math.exp(_log_beta(a + rest, b) - _log_beta(a, b))  # all right: E[p^rest]
+
+
+def chance_belief(c: np.ndarray, s: int, rest: int, mu: np.ndarray, var: np.ndarray) -> np.ndarray:
+    """The same chance under log-odds beliefs N(mu, var) that already include the screen (the signal sampler's)."""
+    from rl_stage.sampler import expect
+
+    c = np.asarray(c)
+    out = np.ones(len(c))
+    if rest <= 0:
+        return np.where((c > 0) & (c < s), 1.0, 0.0)
+    none = c == 0
+    every = c == s
+    if none.any():
+        out[none] = 1.0 - expect(lambda p: (1.0 - p) ** rest, mu[none], var[none])
+    if every.any():
+        out[every] = 1.0 - expect(lambda p: p**rest, mu[every], var[every])
+    return out
+
+
+def chances(sampler, idx: Sequence[int], c: Sequence[int], s: int, rest: int) -> np.ndarray:
+    """Each candidate's chance (``chance_belief`` with the sampler's belief, or ``chance_flat``)."""
+    if hasattr(sampler, "current"):
+        mu, var = sampler.current(np.asarray(idx, dtype=np.int64))
+        return chance_belief(np.asarray(c), s, rest, mu, var)
+    return np.array([chance_flat(int(x), s, rest) for x in c], dtype=np.float64)
+
+
+def choose(chance: np.ndarray, need: int, min_chance: float) -> list[int]:
+    """The candidates to continue: those at ``min_chance`` or above, likeliest first (ties by position), until their
+    chances add up to ``need`` groups."""
+    order = [int(i) for i in np.lexsort((np.arange(len(chance)), -chance)) if chance[i] >= min_chance]
+    out, total = [], 0.0
+    for i in order:
+        if total >= need - 1e-9:
+            break
+        out.append(i)
+        total += float(chance[i])
+    return sorted(out)
