@@ -60,7 +60,10 @@ lint: $(SETUP)
 typecheck: $(SETUP)
 	$(VENV)/bin/mypy
 
-check: lint typecheck
+imports: $(SETUP)
+	$(VENV)/bin/lint-imports
+
+check: lint typecheck imports
 
 bench: $(SETUP)
 	$(PY) -m pip install -q -e '.[bench]'

@@ -74,7 +74,7 @@ def run_one(stage: str, src: str, out: str) -> dict:
     deadline = time.time() + 30
     while multiprocessing.active_children() and time.time() < deadline:  # a stage's workers wind down after it: their
         time.sleep(0.05)  # peak memory counts once they are reaped
-    # dedup's workers are the fork server's children (``worker_pool(..., preload=True)``): the server reaps them, and
+    # dedup's workers are the fork server's children (``worker_pool(..., preload=MODULE)``): the server reaps them, and
     # their peak counts here once the server itself is stopped and reaped (``_stop``: 3.11's multiprocessing, private)
     from multiprocessing import forkserver
 

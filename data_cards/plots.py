@@ -5,19 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from curate.core.plotting import pyplot
 from data_cards.card import level_number
 
 
 # ---------------------------------------------------------------------------------------------- plots
-def pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def make_plots(card: dict, out: Path) -> list[str]:
     """The card's figures as PNGs under ``out``; returns their file names (relative to ``out``'s parent)."""
     plt = pyplot()

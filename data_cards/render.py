@@ -2,8 +2,7 @@
 (``data_cards.plots``); its terminal view and diff are ``data_cards.view``.
 
     write_card("runs/demo")                 # README.md, card.json, plots/*.png into the folder
-    print(show_text(load_card("runs/demo")))
-    print(diff_text(diff_cards("runs/old", "runs/new")))
+    load_card("runs/demo")                  # the card.json written there, or built from the folder
 """
 
 from __future__ import annotations
@@ -16,7 +15,7 @@ from typing import Any
 from curate.core.manifest import ManifestError
 from curate.core.shards import write_json_atomic
 from data_cards.card import build_card, size_category
-from data_cards.plots import make_plots, pyplot
+from data_cards.plots import make_plots
 
 CARD_JSON = "card.json"
 README = "README.md"
@@ -524,7 +523,5 @@ def _numeric_order(card: dict) -> dict:
     return card
 
 
-from data_cards.view import card_rows, diff_cards, diff_text, show_text  # noqa: E402  (view reads this module's helpers)
-
-__all__ = ["CARD_JSON", "PLOTS", "README", "build_card", "card_rows", "diff_cards", "diff_text", "load_card", "make_plots",
-           "public", "pyplot", "reliability_sentence", "render_body", "show_text", "use_it", "write_card"]
+__all__ = ["CARD_JSON", "PLOTS", "README", "build_card", "load_card", "make_plots", "public", "reliability_sentence",
+           "render_body", "use_it", "write_card"]

@@ -163,7 +163,8 @@ def _run_flow(cfg, out: Path, progress: bool = False) -> None:
         print()
         _print_export(m, stages / "6_export")
     if s.get("card"):
-        from data_cards.render import load_card, show_text
+        from data_cards.render import load_card
+        from data_cards.view import show_text
 
         card = Path(s["card"]["card"]).parent
         if not s["all_skipped"]:
@@ -483,7 +484,8 @@ def _show_samples(d: Path, m, reason: str, n: int) -> None:
 
 
 def cmd_card(a: argparse.Namespace) -> None:
-    from data_cards.render import diff_cards, diff_text, load_card, show_text, write_card
+    from data_cards.render import load_card, write_card
+    from data_cards.view import diff_cards, diff_text, show_text
 
     if a.action == "build":
         for d in a.dirs:

@@ -278,7 +278,8 @@ def _card(stages: Path, run: Path, previous: Path | None, missing: list[dict], f
           ran: list[str | Path], name: str | None = None) -> dict:
     """The run's card over the stage folders this run produced (``ran``), with what could not be read or made named
     first thing after its title, and the diff against the previous run's card."""
-    from data_cards.render import diff_cards, diff_text, write_card
+    from data_cards.render import write_card
+    from data_cards.view import diff_cards, diff_text
 
     readme = write_card(stages, run / "card", only=ran, name=name)
     notes = []

@@ -120,7 +120,7 @@ def plot_run(run: Path) -> Path | None:
     steps = [m for m in ms if m.get("step", 0) > 0]
     if not steps:
         return None
-    from data_cards.render import pyplot
+    from curate.core.plotting import pyplot
 
     plt = pyplot()
     evals = [m for m in ms if m.get("eval/prompts")]

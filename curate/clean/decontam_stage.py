@@ -26,13 +26,13 @@ from curate.core.parallel import ordered_map, workers_for
 from curate.core.runner import (
     StageError,
     StageRun,
-    file_fingerprint,
     input_entries,
     reject_table,
     run_stage,
     value_counts,
 )
 from curate.core.shards import count_rows, iter_batches, keep_rows, kept_dirs
+from curate.sources.readers import file_fingerprint
 
 log = logging.getLogger(__name__)
 

@@ -29,6 +29,8 @@ from curate.core.runner import (
 )
 from curate.core.shards import iter_batches, keep_rows, kept_dirs, shard_paths
 
+FORK_SERVER = "curate.clean.fork_server"  # what dedup's worker pool preloads (its modules and compiled loops)
+
 log = logging.getLogger(__name__)
 
 
@@ -90,7 +92,7 @@ def dedup_stage(inputs: list[Path], out: Path, cfg: DedupConfig | None = None, f
         else:
             shards = [p for d in dirs for p in shard_paths(d)]
             size = dedup_disk.pool_size(len(shards), cfg.workers)
-            with worker_pool(size, preload=True) as pool:  # the per-shard steps
+            with worker_pool(size, preload=FORK_SERVER) as pool:  # the per-shard steps
                 with run.timed("signatures"):
                     w = dedup_disk.build(shards, work, cfg, prio, pool)
             trim_memory()  # the first steps' arrays: the pairs' sets take their place
@@ -98,7 +100,7 @@ def dedup_stage(inputs: list[Path], out: Path, cfg: DedupConfig | None = None, f
             # compiled loops loaded): a process that built signatures keeps 150-200 MB of that step's pages however
             # its heaps are trimmed (at 10M rows without copies a band job then peaked at 595 MB in such a process,
             # 402 MB in a new one). Each band job ends trimming what it freed, so the next starts from that.
-            with worker_pool(size, preload=True) as pool:
+            with worker_pool(size, preload=FORK_SERVER) as pool:
                 with run.timed("pairs"):
                     u, v, agree, strict, groups, mixed = dedup_disk.pairs(w, pool)
             dropping = dedup_disk.drop_pair_inputs(w)  # what only the pairs read goes, beside the steps below

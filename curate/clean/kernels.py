@@ -43,12 +43,12 @@ from collections.abc import Callable
 import numpy as np
 
 _BUILT: dict[str, Callable | None] = {}
-_FORK_SERVER = False  # set in a worker pool's fork server (``curate.core.fork_server``), which loads the loops once
+_FORK_SERVER = False  # set in a worker pool's fork server (``curate.clean.fork_server``), which loads the loops once
 
 
 def compiled(name: str) -> Callable | None:
     """The compiled ``name`` (one of ``_TRY``), or None where numba is missing or turned off, and in any process that
-    no ``multiprocessing`` parent started but dedup's fork server (``curate.core.fork_server``). Numba is only ever
+    no ``multiprocessing`` parent started but dedup's fork server (``curate.clean.fork_server``). Numba is only ever
     imported in a worker process of a pool (dedup's, which ends with its stage) or in that server, never in the
     process a run lives in: that process may start vLLM, and vLLM 0.32
     (``triton_utils.dispatcher._rebind_kernels``) scans every loaded module and fails on llvmlite's objects

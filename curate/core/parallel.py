@@ -5,7 +5,7 @@ hold threads, a Prefect engine or an open engine), and writes the results in the
 byte-identical to a one-process run. At most ``2 x workers`` batches are in flight: memory stays bounded by the
 batch size whatever the input size. A worker does not load pandas (``start_worker``), which no worker function
 uses and which pyarrow would otherwise import on its first call: 0.3-0.4 s of a worker's start. Dedup's pool
-forks its workers from a fork server instead (``worker_pool(..., preload=True)``): a single-threaded process of its
+forks its workers from a fork server instead (``worker_pool(..., preload=MODULE)``): a single-threaded process of its
 own that loads dedup's modules and numba's compiled loops once, where a spawned worker paid about 1.2 s of CPU each.
 """
 
@@ -88,13 +88,13 @@ def start_worker(init: bytes | None = None) -> None:
 
 
 @contextmanager
-def worker_pool(workers: int, preload: bool = False) -> Iterator[ProcessPoolExecutor | None]:
+def worker_pool(workers: int, preload: str | None = None) -> Iterator[ProcessPoolExecutor | None]:
     """``workers`` spawned processes that several ``ordered_map`` calls share (each process starts once: about
     0.3 s); None for one worker (work in this process). Leaving the block does not wait for the processes to
-    exit. ``preload`` (dedup's pool, on POSIX): the processes are forked from a fork server that has loaded
-    ``curate.core.fork_server`` (dedup's modules and compiled loops) once, instead of each loading them; the server
-    starts loading now, in the background. A process has one fork server (the grading pool's too): one started
-    earlier keeps its own preload list, and each worker then loads what it lacks."""
+    exit. ``preload`` (a module name; dedup's pool, on POSIX): the processes are forked from a fork server that has
+    loaded that module (``curate.clean.fork_server``: dedup's modules and compiled loops) once, instead of each
+    loading them; the server starts loading now, in the background. A process has one fork server (the grading
+    pool's too): one started earlier keeps its own preload list, and each worker then loads what it lacks."""
     if workers <= 1:
         yield None
         return
@@ -103,7 +103,7 @@ def worker_pool(workers: int, preload: bool = False) -> Iterator[ProcessPoolExec
         from multiprocessing import forkserver
 
         ctx = mp.get_context("forkserver")
-        ctx.set_forkserver_preload(["curate.core.fork_server"])
+        ctx.set_forkserver_preload([preload])
         forkserver.ensure_running()
     ex = ProcessPoolExecutor(workers, mp_context=ctx, initializer=start_worker)
     try:

@@ -47,26 +47,6 @@ def config_hash(config: dict) -> str:
     return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def file_fingerprint(spec: str) -> str:
-    """What a source is, for the stage identity: a file's content hash; for a folder, a glob or a ``save_to_disk``
-    folder, every file's name (relative to the folder), size and content hash, so a shard added, removed or changed
-    re-ingests the source; for a hub id, its name (``curate.sources.hub`` pins it to a commit first); for the
-    generator, its spec."""
-    from curate.core.shards import file_sha256
-    from curate.sources.readers import source_files, source_root
-
-    p = Path(spec)
-    if p.is_file():
-        return file_sha256(p)[:16]
-    root = source_root(spec)
-    if root is not None:
-        h = hashlib.sha256()
-        for f in source_files(spec):
-            h.update(f"{f.relative_to(root)}\0{f.stat().st_size}\0{file_sha256(f)}\n".encode())
-        return h.hexdigest()[:16]
-    return hashlib.sha256(spec.encode()).hexdigest()[:16]  # hub ids and generator specs: by name
-
-
 class StageRun:
     def __init__(self, name: str, out: Path, rows_per_shard: int):
         self.name = name

@@ -17,7 +17,6 @@ from curate.core.manifest import Manifest
 from curate.core.parallel import PARALLEL_MIN_ROWS, ordered_map, workers_for
 from curate.core.runner import (
     StageRun,
-    file_fingerprint,
     reject_table,
     run_stage,
 )
@@ -31,7 +30,7 @@ from curate.sources.adapters import (
     row_id_prefix,
 )
 from curate.sources.answers import answer_types
-from curate.sources.readers import FastPathFailed, detect_format, read_source
+from curate.sources.readers import FastPathFailed, detect_format, file_fingerprint, read_source
 
 log = logging.getLogger(__name__)
 

@@ -565,3 +565,24 @@ def read_source(spec: str, fmt: str | None = None, slow: bool = False, pinned=No
     if not files:
         raise SourceError(f"{spec}: no data files")
     yield from _files(files, root, fmt, slow)
+
+
+def file_fingerprint(spec: str) -> str:
+    """What a source is, for the stage identity: a file's content hash; for a folder, a glob or a ``save_to_disk``
+    folder, every file's name (relative to the folder), size and content hash, so a shard added, removed or changed
+    re-ingests the source; for a hub id, its name (``curate.sources.hub`` pins it to a commit first); for the
+    generator, its spec."""
+    import hashlib
+
+    from curate.core.shards import file_sha256
+
+    p = Path(spec)
+    if p.is_file():
+        return file_sha256(p)[:16]
+    root = source_root(spec)
+    if root is not None:
+        h = hashlib.sha256()
+        for f in source_files(spec):
+            h.update(f"{f.relative_to(root)}\0{f.stat().st_size}\0{file_sha256(f)}\n".encode())
+        return h.hexdigest()[:16]
+    return hashlib.sha256(spec.encode()).hexdigest()[:16]  # hub ids and generator specs: by name

@@ -14,7 +14,8 @@ from curate.difficulty.estimate import EstimateConfig, estimate
 from curate.pipeline import decontam_stage, dedup_stage, filter_stage, ingest
 from curate.select.export import ExportConfig, export
 from data_cards.card import build_card, spearman
-from data_cards.render import CARD_JSON, diff_cards, diff_text, write_card
+from data_cards.render import CARD_JSON, write_card
+from data_cards.view import diff_cards, diff_text
 from flows.cli import main
 
 ROWS = [

@@ -62,8 +62,8 @@ def test_an_initializers_arguments_are_loaded_after_pandas_is_refused():
 
 
 def test_dedups_pool_forks_its_workers_from_a_server_that_loaded_the_compiled_loops(tmp_path):
-    """``worker_pool(..., preload=True)``: the workers come from a fork server that imported dedup's modules and
-    loaded numba's loops once (``curate.core.fork_server``), pandas refused there, and set how they take memory.
+    """``worker_pool(..., preload=MODULE)``: the workers come from a fork server that imported dedup's modules and
+    loaded numba's loops once (``curate.clean.fork_server``), pandas refused there, and set how they take memory.
     Run in a fresh interpreter: a process has one fork server, and an earlier test's grading pool may have started
     it without that list."""
     import ast
@@ -88,7 +88,7 @@ def test_dedups_pool_forks_its_workers_from_a_server_that_loaded_the_compiled_lo
             "from curate.core.parallel import worker_pool\n"
             "import probe_mod\n"
             "if __name__ == '__main__':\n"
-            "    with worker_pool(2, preload=True) as pool:\n"
+            "    with worker_pool(2, preload='curate.clean.fork_server') as pool:\n"
             "        got = pool.submit(probe_mod.probe, 0).result()\n"
             "    print(repr(got))\n")
     root = Path(__file__).resolve().parents[2]

@@ -93,7 +93,7 @@ def test_rows_added_to_one_source_rerun_only_what_depends_on_it(prefect_harness,
     src.write_text(src.read_text() + "".join(json.dumps({"id": f"n{i}", "problem": f"Compute ${i}^3 - {i}$.",
                                                           "answer": str(i ** 3 - i)}) + "\n" for i in range(2, 7)))
     again = run_flow(FlowConfig.load(path), out)
-    from data_cards.render import diff_cards
+    from data_cards.view import diff_cards
 
     d = diff_cards(out / "runs" / first["run"], out / "runs" / again["run"])  # two run folders of one pipeline
     assert len(d["rows_added"]) == 5 and d["rows_removed"] == [] and list(d["stages"])[0] == "ingest"

@@ -13,10 +13,9 @@ import pytest
 
 from curate.core.errors import SourceError
 from curate.core.manifest import Manifest
-from curate.core.runner import file_fingerprint
 from curate.core.shards import iter_batches
 from curate.pipeline import ingest
-from curate.sources.readers import detect_format, read_source
+from curate.sources.readers import detect_format, file_fingerprint, read_source
 
 
 def _rows(lo: int, hi: int) -> list[dict]:

@@ -1,6 +1,6 @@
-"""Loaded once in the fork server of dedup's worker pool (``curate.core.parallel.worker_pool(..., preload=True)``):
-pandas refused, the worker modules imported and numba's compiled loops loaded, so each worker forked from it starts
-with all of that in place (a spawned worker paid about 1.2 s of CPU for it: the interpreter, the imports, numba's
+"""Loaded once in the fork server of dedup's worker pool (``curate.core.parallel.worker_pool``, ``preload`` naming
+this module): pandas refused, the worker modules imported and numba's compiled loops loaded, so each worker forked
+from it starts with all of that in place (a spawned worker paid about 1.2 s of CPU for it: the interpreter, the imports, numba's
 import and its cached loops). The fork server is a process of its own, never the one a run lives in (which may
 start vLLM, see ``curate.clean.kernels``). Importing this module does that work: it is meant for the fork server's
 preload list only.
