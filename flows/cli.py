@@ -287,7 +287,7 @@ def _print_export(m, out: Path) -> None:
 
 def cmd_train(a: argparse.Namespace) -> None:
     from curate.core.config import given
-    from rl_stage.trainer import TrainConfig, Trainer, TrainError
+    from rl_stage.trainer import TrainConfig, Trainer, TrainError, updates_line
 
     if a.nproc_per_node > 1 and not a.dry_run and "WORLD_SIZE" not in os.environ:
         _torchrun(a.nproc_per_node)
@@ -302,7 +302,7 @@ def cmd_train(a: argparse.Namespace) -> None:
     main = os.environ.get("RANK", "0") == "0"
     if a.dry_run:
         if main:
-            print(f"train: preset {cfg.preset} ({t.alg['cite']})")
+            print(f"train: preset {cfg.preset} ({t.alg['cite']}); {updates_line(cfg, t.alg)}")
             print(json.dumps({**dataclasses.asdict(t.cfg), "resolved": t.alg}, indent=2, default=str))
         return
     # the process group ends only after a run that finished on every rank: a rank that failed alone must not wait
@@ -311,7 +311,7 @@ def cmd_train(a: argparse.Namespace) -> None:
         t.run(progress=False)
         t.close()
         return
-    print(f"train: preset {cfg.preset} ({t.alg['cite']})")
+    print(f"train: preset {cfg.preset} ({t.alg['cite']}); {updates_line(cfg, t.alg)}")
     ms = t.run(progress=not a.quiet)
     t.close()
     steps = [m for m in ms if m.get("step", 0) > 0]

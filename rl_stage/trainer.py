@@ -163,10 +163,7 @@ class Trainer:
         # every rank holds the same sampler (same seed, same updates from every rank's groups): the global batch
         # is the one a single process would draw, and each rank rolls out its share of it
         self.sampler = make_sampler(cfg, self.alg)
-        if self.alg["mini_batches"] > cfg.prompts_per_step:
-            log.warning("preset %s makes %d updates per rollout batch; with %d prompts per step it makes %d "
-                        "(at most one group per update)", cfg.preset, self.alg["mini_batches"], cfg.prompts_per_step,
-                        cfg.prompts_per_step)
+        log.info("%s", updates_line(cfg, self.alg))
         if cfg.top_p < 1 and cfg.rollout_backend == "vllm":
             log.warning("top_p < 1: vLLM's log-probs are of the renormalized nucleus, the trainer's of the full "
                         "tempered distribution (as TRL and verl); rollout_logp_abs_diff is biased upward")
@@ -515,6 +512,13 @@ class Trainer:
         """End the process group this trainer started under torchrun; a no-op in one process."""
         self.pg.close()
 
+
+
+def updates_line(cfg: TrainConfig, alg: dict) -> str:
+    """What one rollout step trains: its optimizer updates (the preset's mini-batches, at most one per group)."""
+    m, n = alg["mini_batches"], min(alg["mini_batches"], cfg.prompts_per_step)
+    why = f" (the preset's {m} mini-batches, at most one group each)" if m > n else ""
+    return f"{cfg.prompts_per_step} groups of {cfg.group_size} a step, {n} optimizer update{'s' * (n != 1)} each{why}"
 
 
 def _line(m: dict) -> str:

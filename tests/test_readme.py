@@ -35,7 +35,11 @@ def test_the_quickstart_runs_as_written(tmp_path, monkeypatch, capsys):
                                          ["gradus", "show"]]
     for cmd in commands:
         assert main(cmd[1:]) == 0, " ".join(cmd)
-    out = capsys.readouterr().out
+    cap = capsys.readouterr()
+    out = cap.out
     assert "a training run (dapo, sampler signal, template fewshot), 2 steps of 2" in out
+    # what a step trains, said as a fact, not a warning: dapo's 16 mini-batches are at most one per group
+    assert "2 groups of 4 a step, 2 optimizer updates each (the preset's 16 mini-batches, at most one group each)" in out
+    assert "WARNING" not in cap.err and "% of completions in trained groups" in out
     assert "pass rates by offline bucket" in out
     assert (tmp_path / "runs" / "my" / "train" / "plots" / "training.png").is_file()
