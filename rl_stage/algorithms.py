@@ -40,6 +40,10 @@ AGGREGATIONS: dict[str, Callable[..., torch.Tensor]] = {}
 
 
 def _register(table: dict, name: str):
+    """Add ``fn`` to ``table`` under ``name``; a name registered twice is an error, never a silent replacement."""
+    if name in table:
+        raise ValueError(f"{name!r} is registered twice")
+
     def deco(fn):
         table[name] = fn
         return fn

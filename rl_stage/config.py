@@ -154,7 +154,7 @@ class TrainConfig:
         for name in ("lr", "max_grad_norm", "temperature", "weight_decay", "format_reward", "prior_strength"):
             if not math.isfinite(getattr(self, name)):
                 raise TrainError(f"{name} must be a finite number, got {getattr(self, name)}")
-        for name in ("lr", "max_grad_norm", "temperature"):
+        for name in ("lr", "max_grad_norm"):
             if not getattr(self, name) > 0:
                 raise TrainError(f"{name} must be > 0, got {getattr(self, name)}")
         for name in ("weight_decay", "warmup_steps", "format_reward"):

@@ -152,3 +152,10 @@ def test_log_probs_are_chunked_only_where_the_memory_budget_needs_it():
     assert chunk_for(4096, 151_936, None) == 588 and chunk_for(500, 151_936, None) == 0
     assert chunk_for(10**6, 10**9, None) == 128  # never below 128 tokens
     assert chunk_for(4096, 151_936, 1024) == 1024 and chunk_for(4096, 151_936, 0) == 0  # a chunk given is used as is
+
+
+def test_a_registry_refuses_a_name_given_twice():
+    from rl_stage.algorithms import ADVANTAGES, _register
+
+    with pytest.raises(ValueError, match="'grpo' is registered twice"):
+        _register(ADVANTAGES, "grpo")
