@@ -14,8 +14,10 @@ contaminated, not only the one a dedup would have kept.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from curate.clean.decontam import (
     DecontamConfig,
@@ -39,8 +41,8 @@ from curate.sources.readers import detect_format
 
 log = logging.getLogger(__name__)
 
-__all__ = ["CurateConfig", "SourceSpec", "curate_all", "decontam_stage", "dedup_shard_jobs", "dedup_stage",
-           "filter_stage", "ingest", "source_dirname"]
+__all__ = ["STAGES", "CurateConfig", "SourceSpec", "Stage", "curate_all", "decontam_stage", "dedup_shard_jobs",
+           "dedup_stage", "filter_stage", "ingest", "source_dirname", "stages_of"]
 
 # --------------------------------------------------------------------------------------------- curate
 @dataclass(frozen=True)
@@ -108,7 +110,28 @@ def source_dirname(i: int, s: SourceSpec) -> str:
     return f"{i:02d}_{''.join(c if c.isalnum() or c in '-_.' else '_' for c in base)}"
 
 
-STAGE_FOLDERS = ("1_ingest", "2_filter", "3_decontam", "4_dedup")
+@dataclass(frozen=True)
+class Stage:
+    """A curation stage after ingest: its name, its folder under the pipeline's, the ``CurateConfig`` field that
+    configures it, and its function ``run(inputs, out, cfg, force) -> Manifest``."""
+
+    name: str
+    folder: str
+    config: str
+    run: Callable[..., Manifest]
+
+
+INGEST_FOLDER = "1_ingest"  # one folder per source under it (``source_dirname``)
+# The pipeline's order, written once: ``curate_all``, the Prefect flow and the docs walk it
+STAGES = (Stage("filter", "2_filter", "filters", filter_stage),
+          Stage("decontam", "3_decontam", "decontam", decontam_stage),
+          Stage("dedup", "4_dedup", "dedup", dedup_stage))
+STAGE_FOLDERS = (INGEST_FOLDER, *(s.folder for s in STAGES))
+
+
+def stages_of(cfg: CurateConfig) -> list[tuple[Stage, Any]]:
+    """The stages this config runs, in order, each with its settings: decontam only when benchmarks are named."""
+    return [(s, getattr(cfg, s.config)) for s in STAGES if s.name != "decontam" or cfg.decontam.benchmarks]
 
 
 def check_curate_out(out: Path, card: bool) -> None:
@@ -152,19 +175,15 @@ def curate_all(cfg: CurateConfig, out: Path, force: bool = False, card: bool = T
     out = Path(out)
     cfg.check()  # sources and benchmarks found before any stage runs
     check_curate_out(out, card)  # and the folder: a user's file there is refused before any stage runs
-    ingested = [
-        ingest(s.spec, out / "1_ingest" / source_dirname(i, s), s.format, s.adapter, s.mapping, s.name, force,
-               revision=s.revision)
-        for i, s in enumerate(cfg.sources)
-    ]
-    ingest_dirs = [out / "1_ingest" / source_dirname(i, s) for i, s in enumerate(cfg.sources)]
-    stages: dict[str, Manifest] = {"filter": filter_stage(ingest_dirs, out / "2_filter", cfg.filters, force)}
-    last = out / "2_filter"
-    if cfg.decontam.benchmarks:
-        stages["decontam"] = decontam_stage([last], out / "3_decontam", cfg.decontam, force)
-        last = out / "3_decontam"
-    stages["dedup"] = dedup_stage([last], out / "4_dedup", cfg.dedup, force)
-    final = out / "4_dedup"
+    ingest_dirs = [out / INGEST_FOLDER / source_dirname(i, s) for i, s in enumerate(cfg.sources)]
+    ingested = [ingest(s.spec, d, s.format, s.adapter, s.mapping, s.name, force, revision=s.revision)
+                for s, d in zip(cfg.sources, ingest_dirs, strict=True)]
+    stages: dict[str, Manifest] = {}
+    last = ingest_dirs
+    for stage, settings in stages_of(cfg):
+        stages[stage.name] = stage.run(last, out / stage.folder, settings, force)
+        last = [out / stage.folder]
+    final = last[0]
     summary = {
         "final": str(final / "kept"),
         "rows_in": sum(m.rows_in for m in ingested),

@@ -207,7 +207,7 @@ def cmd_estimate(a: argparse.Namespace) -> None:
     cfg = from_args(EstimateConfig, a, **({"store": None} if a.no_store else {}))
     _warn_uncurated(a.inputs)
     if cfg.backend != "openai":  # a wrong engine argument or a GPU asked for and not there: before any work
-        from curate.difficulty.engines import check_engine_args, engine_device
+        from curate.difficulty.devices import check_engine_args, engine_device
 
         if cfg.engine_args:
             check_engine_args(cfg.engine_args)

@@ -30,12 +30,12 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from curate.core.config import ConfigError, check_choice, check_keys, coerce, from_dict, load_file, type_hints
 from curate.core.errors import GradusError, SourceError
 from curate.core.shards import write_text_atomic
 from curate.difficulty.estimate import EstimateConfig
+from curate.pipeline import STAGE_FOLDERS as CURATION_FOLDERS
 from curate.pipeline import CurateConfig
 from curate.select.export import ExportConfig
 from flows.runs import FlowFolderError, FlowLock, claim, point_latest, previous_run, run_dir, settle_crashed
@@ -49,7 +49,7 @@ class CardConfig:
     name: str | None = None  # the cards' title (the run's and the export's); default: the sources, "gradus: math, aime"
 
 DEMO_CONFIG = Path(__file__).resolve().parent / "demo.toml"  # the bundled demo (``gradus demo``)
-STAGE_FOLDERS = ("1_ingest", "2_filter", "3_decontam", "4_dedup", "5_difficulty", "6_export")
+STAGE_FOLDERS = (*CURATION_FOLDERS, "5_difficulty", "6_export")  # the pipeline's stages, then scoring and export
 
 
 @dataclass(frozen=True)
@@ -154,10 +154,9 @@ def _ingest(spec: dict, out: str) -> dict:
 
 
 def _stage(kind: str, inputs: list[str], out: str, cfg) -> dict:
-    from curate.pipeline import decontam_stage, dedup_stage, filter_stage
+    from curate.pipeline import STAGES
 
-    fns: dict[str, Any] = {"filter": filter_stage, "decontam": decontam_stage, "dedup": dedup_stage}
-    m = fns[kind]([Path(x) for x in inputs], Path(out), cfg)
+    m = next(s for s in STAGES if s.name == kind).run([Path(x) for x in inputs], Path(out), cfg)
     return {"folder": out, "rows_in": m.rows_in, "rows_kept": m.rows_kept, "skipped": m.skipped,
             "removed": m.rejected_by_reason}
 
@@ -515,19 +514,37 @@ def build_flow(cfg: FlowConfig, api_url: str | None = None, progress: bool = Fal
 
 
 def _pipeline(cfg: FlowConfig, tasks: dict, root: Path, run: Path, info: dict, progress: bool, log) -> dict:
-    """The flow's body once the folder is held: the stages in order, the card, the artifacts, the summary."""
-    from prefect.artifacts import create_markdown_artifact, create_table_artifact
-
-    from curate.pipeline import source_dirname
-    from curate.select.curriculum import SelectionError
-
+    """The flow's body once the folder is held: ingest every source, the curation stages in the pipeline's order
+    (``curate.pipeline.STAGES``), difficulty, export and training where configured, then the card, the artifacts and
+    the summary."""
     stages = root / "stages"
     previous = previous_run(root)
     t0 = time.monotonic()
+    ingested, missing = _ingest_sources(cfg, tasks, stages, log)
+    summary: dict = {"run": run.name, **{k: v for k, v in info.items() if k != "run_folder"}, "ingest": ingested,
+                     "missing_sources": missing, "failed_stages": {}, "stages": {}}
+    ran = [r["folder"] for r in ingested]  # every stage folder this run wrote or found complete, in order
+    last = _curation(cfg, tasks, stages, list(ran), summary, ran)
+    if cfg.difficulty is not None:
+        _difficulty_export_train(cfg, tasks, stages, last, summary, ran, progress, root, run, log)
+    summary["seconds"] = round(time.monotonic() - t0, 2)
+    summary["all_skipped"] = all(r.get("skipped") for r in ingested) and all(
+        r.get("skipped") for r in summary["stages"].values()) and not summary["failed_stages"]
+    _publish(cfg, tasks, stages, root, run, previous, missing, ran, summary)
+    write_text_atomic(run / "summary.json", json.dumps(summary, indent=2, default=str) + "\n")
+    point_latest(root, run)
+    return summary
+
+
+def _ingest_sources(cfg: FlowConfig, tasks: dict, stages: Path, log) -> tuple[list[dict], list[dict]]:
+    """One ingest task per source, side by side; a source that fails is listed (``missing``) and the others go on.
+    No source read at all stops the run."""
+    from curate.pipeline import INGEST_FOLDER, source_dirname
+
     futures = [(s, tasks["ingest"].with_options(name=f"ingest {source_dirname(i, s)}").submit(
         {"spec": s.spec, "format": s.format, "adapter": s.adapter, "mapping": s.mapping, "name": s.name,
          "revision": s.revision},
-        str(stages / "1_ingest" / source_dirname(i, s)))) for i, s in enumerate(cfg.curate.sources)]
+        str(stages / INGEST_FOLDER / source_dirname(i, s)))) for i, s in enumerate(cfg.curate.sources)]
     ingested, missing = [], []
     for s, fut in futures:
         fut.wait()
@@ -540,55 +557,74 @@ def _pipeline(cfg: FlowConfig, tasks: dict, root: Path, run: Path, info: dict, p
             log.error("source %s could not be read: %s", s.spec, msg)
     if not ingested:
         raise SourceError("no source could be read: " + "; ".join(f"{m['source']}: {m['error']}" for m in missing))
-    summary: dict = {"run": run.name, **{k: v for k, v in info.items() if k != "run_folder"}, "ingest": ingested,
-                     "missing_sources": missing, "failed_stages": {}, "stages": {}}
-    ran = [r["folder"] for r in ingested]
-    last = list(ran)
-    plan: list[tuple[str, str, Any]] = [("filter", "2_filter", cfg.curate.filters)]
-    if cfg.curate.decontam.benchmarks:
-        plan.append(("decontam", "3_decontam", cfg.curate.decontam))
-    plan.append(("dedup", "4_dedup", cfg.curate.dedup))
-    for kind, folder, scfg in plan:
-        if kind == "dedup" and cfg.runner == "ray":  # the shards' ids, then signatures, as tasks across the cluster
-            jobs = tasks["dedup_jobs"].submit(last, str(stages / folder), scfg).result()
-            id_futures = [tasks["dedup_ids"].with_options(name=f"dedup ids {j.index}").submit(j) for j in jobs]
-            [f.result() for f in id_futures]
-            if jobs:
-                tasks["dedup_groups"].submit(jobs).result()
-            shard_futures = [tasks["dedup_shard"].with_options(name=f"dedup shard {j.index}").submit(j) for j in jobs]
-            summary["dedup_shard_tasks"] = len([f.result() for f in shard_futures])
-        r = tasks["stage"].with_options(name=kind).submit(kind, last, str(stages / folder), scfg).result()
-        summary["stages"][kind] = r
+    return ingested, missing
+
+
+def _curation(cfg: FlowConfig, tasks: dict, stages: Path, last: list[str], summary: dict, ran: list[str]) -> list[str]:
+    """The curation stages in order, each a task on the previous one's folder; returns the last folder."""
+    from curate.pipeline import stages_of
+
+    for stage, settings in stages_of(cfg.curate):
+        out = str(stages / stage.folder)
+        if stage.name == "dedup" and cfg.runner == "ray":
+            summary["dedup_shard_tasks"] = _dedup_across_cluster(tasks, last, out, settings)
+        r = tasks["stage"].with_options(name=stage.name).submit(stage.name, last, out, settings).result()
+        summary["stages"][stage.name] = r
         last = [r["folder"]]
         ran.append(r["folder"])
-    if cfg.difficulty is not None:
-        folder = str(stages / "5_difficulty")
-        if cfg.estimate_workers == 1:
-            r = tasks["difficulty"].submit(last, folder, cfg.difficulty, progress).result()
-        else:
-            r = tasks["begin"].submit(last, folder, cfg.difficulty).result() or _fan_out(
-                tasks["share"], tasks["finish"], last, folder, cfg, log)
-        summary["stages"]["difficulty"] = r
-        ran.append(r["folder"])
-        if cfg.export is not None:
-            try:  # an export that cannot be made (0 rows) fails the run, after the card of what did run is written
-                r = tasks["export"].submit([r["folder"]], str(stages / "6_export"), cfg.export, cfg.card_name).result()
-            except SelectionError as e:
-                summary["failed_stages"]["export"] = e.in_config()
-                log.error("export: %s", e.in_config())
-            else:
-                summary["stages"]["export"] = r
-                ran.append(r["folder"])
-                if cfg.train is not None:  # the mission's "feed the trainer", as the pipeline's last task
-                    summary["train"] = tasks["train"].submit(str(stages / "6_export"), str(stages / "7_train"),
-                                                             cfg.train).result()
-                    log.info("train: %s", summary["train"]["last"])
-                    create_markdown_artifact(train_artifact(Path(summary["train"]["folder"])),
-                                             key=artifact_key(root, "train"),
-                                             description=f"the training run on the export of run {run.name}")
-    summary["seconds"] = round(time.monotonic() - t0, 2)
-    summary["all_skipped"] = all(r.get("skipped") for r in ingested) and all(
-        r.get("skipped") for r in summary["stages"].values()) and not summary["failed_stages"]
+    return last
+
+
+def _dedup_across_cluster(tasks: dict, last: list[str], out: str, settings) -> int:
+    """Ray: dedup's per-shard steps as tasks across the cluster (the shards' ids, the groups, each shard's
+    signatures); the stage task then finds them done and writes the result. Returns the shard tasks run."""
+    jobs = tasks["dedup_jobs"].submit(last, out, settings).result()
+    [f.result() for f in [tasks["dedup_ids"].with_options(name=f"dedup ids {j.index}").submit(j) for j in jobs]]
+    if jobs:
+        tasks["dedup_groups"].submit(jobs).result()
+    return len([f.result() for f in [tasks["dedup_shard"].with_options(name=f"dedup shard {j.index}").submit(j)
+                                     for j in jobs]])
+
+
+def _difficulty_export_train(cfg: FlowConfig, tasks: dict, stages: Path, last: list[str], summary: dict,
+                             ran: list[str], progress: bool, root: Path, run: Path, log) -> None:
+    """Difficulty (one task, or shares fanned out), then the export and the training run where configured. An export
+    that cannot be made (0 rows) is recorded as failed: the card of what did run is still written, and the run fails
+    after it."""
+    from prefect.artifacts import create_markdown_artifact
+
+    from curate.select.curriculum import SelectionError
+
+    folder = str(stages / "5_difficulty")
+    if cfg.estimate_workers == 1:
+        r = tasks["difficulty"].submit(last, folder, cfg.difficulty, progress).result()
+    else:
+        r = tasks["begin"].submit(last, folder, cfg.difficulty).result() or _fan_out(
+            tasks["share"], tasks["finish"], last, folder, cfg, log)
+    summary["stages"]["difficulty"] = r
+    ran.append(r["folder"])
+    if cfg.export is None:
+        return
+    try:
+        r = tasks["export"].submit([r["folder"]], str(stages / "6_export"), cfg.export, cfg.card_name).result()
+    except SelectionError as e:
+        summary["failed_stages"]["export"] = e.in_config()
+        log.error("export: %s", e.in_config())
+        return
+    summary["stages"]["export"] = r
+    ran.append(r["folder"])
+    if cfg.train is not None:  # the mission's "feed the trainer", as the pipeline's last task
+        summary["train"] = tasks["train"].submit(str(stages / "6_export"), str(stages / "7_train"), cfg.train).result()
+        log.info("train: %s", summary["train"]["last"])
+        create_markdown_artifact(train_artifact(Path(summary["train"]["folder"])), key=artifact_key(root, "train"),
+                                 description=f"the training run on the export of run {run.name}")
+
+
+def _publish(cfg: FlowConfig, tasks: dict, stages: Path, root: Path, run: Path, previous, missing: list[dict],
+             ran: list[str], summary: dict) -> None:
+    """The card (and what changed since the previous run) and the waterfall, as Prefect artifacts."""
+    from prefect.artifacts import create_markdown_artifact, create_table_artifact
+
     if cfg.card:
         summary["card"] = tasks["card"].submit(stages, run, previous, missing, summary["failed_stages"], ran,
                                                cfg.card_name).result()
@@ -599,9 +635,6 @@ def _pipeline(cfg: FlowConfig, tasks: dict, root: Path, run: Path, info: dict, p
                                      description=f"what changed since the previous run of {root.resolve()}")
     create_table_artifact(_waterfall(summary), key=artifact_key(root, "waterfall"),
                           description=f"rows through the stages of run {run.name} of {root.resolve()}")
-    write_text_atomic(run / "summary.json", json.dumps(summary, indent=2, default=str) + "\n")
-    point_latest(root, run)
-    return summary
 
 
 def _fan_out(share_t, finish_t, inputs: list[str], folder: str, cfg: FlowConfig, log) -> dict:

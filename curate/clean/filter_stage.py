@@ -33,8 +33,9 @@ log = logging.getLogger(__name__)
 def filter_stage(inputs: list[Path], out: Path, cfg: FilterConfig | None = None, force: bool = False) -> Manifest:
     """Heuristic filters, then the gold gate (math-verify must parse the gold answer)."""
     cfg = cfg or FilterConfig()
-    from curate.difficulty.grading import GRADER_VERSION, GoldVerdicts, GradingPool
+    from curate.difficulty.grading import GRADER_VERSION, GradingPool
     from curate.difficulty.models import cache_dir
+    from curate.difficulty.verdicts import GoldVerdicts
 
     def body(run: StageRun) -> None:
         dirs = kept_dirs(inputs)

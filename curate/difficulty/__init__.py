@@ -2,7 +2,8 @@
 math-verify, and the estimation stage with its store. ``rl_stage`` uses this package's public names only."""
 
 from curate.difficulty.engines import Completion, EngineError, GenRequest, HFSampler, Sampler, SamplingConfig, VLLMSampler
-from curate.difficulty.grading import EXPLICIT, GRADER_VERSION, GradingPool, cut_off_unanswered, extract_prediction
+from curate.difficulty.extraction import EXPLICIT, cut_off_unanswered, extract_prediction
+from curate.difficulty.grading import GRADER_VERSION, GradingPool
 from curate.difficulty.models import ModelError, resolve_model
 
 __all__ = ["EXPLICIT", "GRADER_VERSION", "Completion", "EngineError", "GenRequest", "GradingPool", "HFSampler", "ModelError",

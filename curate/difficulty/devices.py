@@ -98,3 +98,41 @@ def train_bf16(torch, device: str, asked: bool | None) -> bool:
         raise DeviceError(f"bf16 = true, but {gpu_name(torch)} has no native bf16 (it needs compute capability 8.0): "
                           "leave bf16 unset (fp32 compute)")
     return asked
+
+
+def engine_device(device: str, what: str, engine_args: dict | None = None) -> str:
+    """``cuda`` or ``cpu`` for an engine (``curate.difficulty.devices.pick_device``): a GPU asked for (``device =
+    "cuda"`` or a GPU-only engine argument) and not there is a ``DeviceError``; a CPU run is said in one line."""
+    try:
+        import torch
+    except ImportError:
+        if device == "cuda":
+            raise DeviceError(f"{what}: device = cuda, but torch is not installed") from None
+        return "cpu"
+    named = {k: v for k, v in (engine_args or {}).items() if k in GPU_ENGINE_ARGS}
+    return pick_device(torch, device, what, named)
+
+
+# engine arguments gradus sets from its own settings: given again, they would contradict the run's record
+RESERVED_ENGINE_ARGS = ("model", "seed", "tokenizer")
+
+
+def check_engine_args(args: dict) -> None:
+    """User engine arguments (``engine_args``) checked against vLLM's own names (``EngineArgs``'s fields): one line
+    for a wrong name, with the nearest right one."""
+    import dataclasses
+
+    from curate.core.config import suggest
+
+    bad = [k for k in args if k in RESERVED_ENGINE_ARGS]
+    if bad:
+        raise DeviceError(f"engine argument {bad[0]!r} is set by gradus from its own settings (model, seed): set those")
+    try:
+        from vllm.engine.arg_utils import EngineArgs
+    except ImportError:
+        return  # no vLLM: the engine's start says so
+    known = {f.name for f in dataclasses.fields(EngineArgs)}
+    for k in args:
+        if k not in known:
+            raise DeviceError(f"unknown vLLM engine argument {k!r}{suggest(k, known)} (vLLM's EngineArgs names; "
+                              "e.g. tensor_parallel_size, gpu_memory_utilization, max_model_len, enforce_eager)")

@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from curate.core.errors import GradusError
+from curate.difficulty.devices import check_engine_args, engine_device
 
 log = logging.getLogger(__name__)
 BACKENDS = ("vllm", "hf", "openai")
@@ -155,49 +156,6 @@ def cpu_threads() -> dict:
     except ImportError:
         pass
     return {"omp_num_threads": str(n), "set_by": "gradus"}
-
-
-def engine_device(device: str, what: str, engine_args: dict | None = None) -> str:
-    """``cuda`` or ``cpu`` for an engine (``curate.difficulty.devices.pick_device``): a GPU asked for (``device =
-    "cuda"`` or a GPU-only engine argument) and not there is an ``EngineError``; a CPU run is said in one line."""
-    from curate.difficulty.devices import GPU_ENGINE_ARGS, DeviceError, pick_device
-
-    try:
-        import torch
-    except ImportError:
-        if device == "cuda":
-            raise EngineError(f"{what}: device = cuda, but torch is not installed") from None
-        return "cpu"
-    named = {k: v for k, v in (engine_args or {}).items() if k in GPU_ENGINE_ARGS}
-    try:
-        return pick_device(torch, device, what, named)
-    except DeviceError as e:
-        raise EngineError(str(e)) from e
-
-
-# engine arguments gradus sets from its own settings: given again, they would contradict the run's record
-RESERVED_ENGINE_ARGS = ("model", "seed", "tokenizer")
-
-
-def check_engine_args(args: dict) -> None:
-    """User engine arguments (``engine_args``) checked against vLLM's own names (``EngineArgs``'s fields): one line
-    for a wrong name, with the nearest right one."""
-    import dataclasses
-
-    from curate.core.config import suggest
-
-    bad = [k for k in args if k in RESERVED_ENGINE_ARGS]
-    if bad:
-        raise EngineError(f"engine argument {bad[0]!r} is set by gradus from its own settings (model, seed): set those")
-    try:
-        from vllm.engine.arg_utils import EngineArgs
-    except ImportError:
-        return  # no vLLM: the engine's start says so
-    known = {f.name for f in dataclasses.fields(EngineArgs)}
-    for k in args:
-        if k not in known:
-            raise EngineError(f"unknown vLLM engine argument {k!r}{suggest(k, known)} (vLLM's EngineArgs names; "
-                              "e.g. tensor_parallel_size, gpu_memory_utilization, max_model_len, enforce_eager)")
 
 
 class VLLMSampler(Sampler):

@@ -52,7 +52,8 @@ from curate.difficulty.adaptive import (
     reliability_check,
 )
 from curate.difficulty.engines import Completion, GenRequest, Sampler, SamplingConfig, make_sampler
-from curate.difficulty.grading import GRADER_VERSION, OUTCOMES, GradingPool, final_answer
+from curate.difficulty.extraction import final_answer
+from curate.difficulty.grading import GRADER_VERSION, OUTCOMES, GradingPool
 from curate.difficulty.store import (
     DIFFICULTY_COLUMNS,
     SCORING_RULE,

@@ -162,7 +162,7 @@ def test_final_answer_span(pool, gold, response, expected):
 
 
 def test_final_answer_of_a_span_is_what_consensus_compares():
-    from curate.difficulty.grading import extract_prediction, final_answer
+    from curate.difficulty.extraction import extract_prediction, final_answer
 
     assert final_answer(r"\boxed{1}, \boxed{2}") == "1, 2"
     assert extract_prediction(r"\boxed{1}, \boxed{2}") == (r"\boxed{1}, \boxed{2}", "boxed")
@@ -253,7 +253,7 @@ def test_other_problems_unboxed_solutions_are_never_graded_correct(real_data):
 
 
 def test_bold_is_stripped_around_text_only():
-    from curate.difficulty.grading import extract_prediction, strip_bold
+    from curate.difficulty.extraction import extract_prediction, strip_bold
 
     assert strip_bold("The answer is **73**.") == "The answer is 73."
     assert strip_bold("**Answer:** 5") == "Answer: 5"
@@ -332,7 +332,7 @@ def test_gold_verdicts_are_kept_across_runs(tmp_path):
     assert [file_sha256(p) for p in shard_paths(tmp_path / "f1" / "kept")] == [
         file_sha256(p) for p in shard_paths(tmp_path / "f2" / "kept")]
     # one folder, named by the grader version, holds the three verdicts
-    from curate.difficulty.grading import GoldVerdicts
+    from curate.difficulty.verdicts import GoldVerdicts
 
     assert len(GoldVerdicts(tmp_path / "verdicts", 5).load()) == 3
     assert list((tmp_path / "verdicts").iterdir()) == [GoldVerdicts(tmp_path / "verdicts", 5).dir]

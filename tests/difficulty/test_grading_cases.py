@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from grading_cases import CASES
 
-from curate.difficulty.grading import clean_box, extract_prediction, final_answer, join_thousands
+from curate.difficulty.extraction import clean_box, extract_prediction, final_answer, join_thousands
 
 
 @pytest.fixture(scope="module")

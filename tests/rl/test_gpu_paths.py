@@ -83,12 +83,13 @@ def test_a_named_gpu_setting_without_a_gpu_is_refused_before_any_work(monkeypatc
 
 
 def test_an_engine_given_gpu_arguments_without_a_gpu_is_refused(monkeypatch):
-    from curate.difficulty.engines import EngineError, SamplingConfig, VLLMSampler
+    from curate.difficulty.devices import DeviceError
+    from curate.difficulty.engines import SamplingConfig, VLLMSampler
 
     _no_gpu_cuda_build(monkeypatch)
-    with pytest.raises(EngineError, match=r"^GPU settings given \(tensor_parallel_size\), but torch"):
+    with pytest.raises(DeviceError, match=r"^GPU settings given \(tensor_parallel_size\), but torch"):
         VLLMSampler("unused", SamplingConfig(), tensor_parallel_size=2)
-    with pytest.raises(EngineError, match="^device = cuda"):
+    with pytest.raises(DeviceError, match="^device = cuda"):
         VLLMSampler("unused", SamplingConfig(), device="cuda")
 
 
@@ -123,14 +124,14 @@ def test_the_trainer_picks_its_precision_from_the_gpu(monkeypatch):
 # ---- engine arguments pass through, checked by vLLM's own names ----------------------------------------------------
 def test_engine_arguments_are_checked_against_vllms_names():
     pytest.importorskip("vllm")
-    from curate.difficulty.engines import EngineError, check_engine_args
+    from curate.difficulty.devices import DeviceError, check_engine_args
 
     check_engine_args({"tensor_parallel_size": 8, "gpu_memory_utilization": 0.9, "max_model_len": 8192,
                        "enforce_eager": True, "distributed_executor_backend": "ray"})
-    with pytest.raises(EngineError, match=r"unknown vLLM engine argument 'tensor_paralel_size' \(did you mean "
+    with pytest.raises(DeviceError, match=r"unknown vLLM engine argument 'tensor_paralel_size' \(did you mean "
                                           r"'tensor_parallel_size'\?\)"):
         check_engine_args({"tensor_paralel_size": 2})
-    with pytest.raises(EngineError, match="'seed' is set by gradus"):
+    with pytest.raises(DeviceError, match="'seed' is set by gradus"):
         check_engine_args({"seed": 1})
 
 
