@@ -233,17 +233,25 @@ def _stringify(table: pa.Table, row0: int) -> pa.Table:
     return out.replace_schema_metadata({NUMBERS_KEY: ",".join(numbers)}) if numbers else out
 
 
-def _lines(path: Path) -> Iterator[bytes]:
-    """The lines of a file, gunzipped when its name ends in ``.gz``. A compressed file cut short (a copy that did not
-    finish) gives the lines before the cut, then one ``_TRUNCATED`` marker with the reason."""
+def _open_bytes(path: Path):
+    """The file for reading bytes, gunzipped when its name ends in ``.gz``; and the errors a compressed file cut short
+    (a copy that did not finish) raises part way."""
     import gzip
     import zlib
 
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rb") as f:
+    if path.suffix == ".gz":
+        return gzip.open(path, "rb"), (EOFError, gzip.BadGzipFile, zlib.error)
+    return open(path, "rb"), ()
+
+
+def _lines(path: Path) -> Iterator[bytes]:
+    """The lines of a file, gunzipped when its name ends in ``.gz``. A compressed file cut short gives the lines
+    before the cut, then one ``_TRUNCATED`` marker with the reason."""
+    f, cut_short = _open_bytes(path)
+    with f:
         try:
             yield from f
-        except (EOFError, gzip.BadGzipFile, zlib.error) as e:
+        except cut_short as e:
             yield _TRUNCATED + str(e).encode()
 
 
@@ -308,15 +316,12 @@ def _nested_too_deep(path: Path, limit: int = MAX_OPENERS) -> bool:
 
 
 def _pieces(path: Path, size: int) -> Iterator[bytes]:
-    import gzip
-    import zlib
-
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rb") as f:
+    f, cut_short = _open_bytes(path)
+    with f:
         try:
             while piece := f.read(size):
                 yield piece
-        except (EOFError, gzip.BadGzipFile, zlib.error):
+        except cut_short:
             return  # the readers say it: a compressed file cut short
 
 
