@@ -16,9 +16,10 @@ trained group, groups trained within the budget, and the final mean true pass ra
     python benchmarks/sampler_sim.py                      # the defaults against uniform and Kimi's weights
     python benchmarks/sampler_sim.py --grid               # the signal sampler's settings side by side
 
-An arm ``NAME:screen=S`` screens its candidates as the trainer's ``screen = S`` does (``rl_stage.screening``): S
-completions each, observed, the rest of the group only for the candidates whose chance of a mixed group is at least
-``--screen-min-chance``; every completion counts in the budget.
+An arm ``NAME:screen=S`` screens its candidates as the trainer's ``screen = S`` does (``rl_stage.screening.Queue``):
+candidates by the sampler's refill rule, S completions each, observed, the rest of the group only for the
+candidates whose chance of a mixed group is at least ``--screen-min-chance``, those at the bar not needed held for
+``--screen-carry`` steps; every completion counts in the budget.
 """
 
 from __future__ import annotations
@@ -53,12 +54,12 @@ class _Oracle:
         self.true_p, self.group, self.drawn = true_p, group, set()
         self.ids = [f"q{i}" for i in range(n)]
 
-    def sample(self, n, need=None):
+    def sample(self, n, need=None, exclude=()):
         from rl_stage.data import Prompt
 
         p = self.true_p()
         surv = 1 - p**self.group - (1 - p) ** self.group
-        order = [i for i in np.argsort(-surv) if i not in self.drawn][:n]
+        order = [i for i in np.argsort(-surv) if i not in self.drawn and i not in set(exclude)][:n]
         if need is not None:
             cum = np.cumsum(surv[order])
             order = order[: int(np.searchsorted(cum, need - 1e-9)) + 1]
@@ -73,6 +74,7 @@ class _Oracle:
 
 
 def run_arm(arm: str, a, seed: int) -> dict:
+    from rl_stage import screening
     from rl_stage.data import CurriculumSampler
     from rl_stage.sampler import SignalSampler
 
@@ -97,34 +99,38 @@ def run_arm(arm: str, a, seed: int) -> dict:
             s = CurriculumSampler([str(Path(tmp) / "pool")], seed=seed, prioritized=arm == "kimi", one_pool=True)
         theta, scale = a.theta0, 1.0
         used = trained = 0
+        queue = screening.Queue(screen, a.group, a.screen_min_chance, a.screen_candidates, a.screen_carry)
+
+        def true_p(p):
+            i = int(p.id[1:])
+            return 1 / (1 + np.exp(-scale * (theta - b[i] + e[i])))
+
         while used < a.budget:
             kept, rounds, ids = 0, 0, set()
+            queue.begin_step()  # the held screens past screen_carry steps: screened out
             while kept < a.prompts and rounds < a.max_rounds and used < a.budget:
                 missing = a.prompts - kept
-                if screen:
-                    prompts = s.sample(max(missing, int(np.ceil(missing * a.screen_candidates))))
-                else:
-                    prompts = s.sample(a.prompts, need=missing)
-                if not prompts:
-                    break
-                rounds += 1
-                true_p = [1 / (1 + np.exp(-scale * (theta - b[int(p.id[1:])] + e[int(p.id[1:])]))) for p in prompts]
-                if screen:  # as the trainer's _screened: screens observed, chances, the chosen go on
-                    from rl_stage import screening
-
-                    first = [int(rng.binomial(screen, pr)) for pr in true_p]
+                if screen:  # as the trainer's _screened: screens observed, the queue decides, the chosen go on
+                    prompts = queue.draw(s, missing)
+                    if not prompts and not queue.held:
+                        break
+                    first = [int(rng.binomial(screen, true_p(p))) for p in prompts]
                     used += screen * len(prompts)
                     s.observe([(p.index, c, screen) for p, c in zip(prompts, first, strict=True)])
-                    go = screening.choose(screening.chances(s, [p.index for p in prompts], first, screen,
-                                                            a.group - screen), missing, a.screen_min_chance)
-                    rest = {j: int(rng.binomial(a.group - screen, true_p[j])) for j in go}
+                    go, _ = queue.decide(s, [screening.Screened(p, c, "") for p, c in zip(prompts, first, strict=True)],
+                                         missing)
+                    rest = [int(rng.binomial(a.group - screen, true_p(x.prompt))) for x in go]
                     used += (a.group - screen) * len(go)
-                    s.observe([(prompts[j].index, c, a.group - screen) for j, c in rest.items()])
-                    counts = [(prompts[j], first[j] + rest[j]) for j in go]
+                    s.observe([(x.prompt.index, c, a.group - screen) for x, c in zip(go, rest, strict=True)])
+                    counts = [(x.prompt, x.correct + c) for x, c in zip(go, rest, strict=True)]
                 else:
-                    counts = [(p, int(rng.binomial(a.group, pr))) for p, pr in zip(prompts, true_p, strict=True)]
+                    prompts = s.sample(a.prompts, need=missing)
+                    if not prompts:
+                        break
+                    counts = [(p, int(rng.binomial(a.group, true_p(p)))) for p in prompts]
                     used += a.group * len(prompts)
                     s.observe([(p.index, c, a.group) for p, c in counts])
+                rounds += 1
                 for p, c in counts:
                     i = int(p.id[1:])
                     if 0 < c < a.group and p.id not in ids and kept < a.prompts:
@@ -136,6 +142,7 @@ def run_arm(arm: str, a, seed: int) -> dict:
                 theta += a.lr_global * kept
                 scale += a.sharpen * kept
             s.end_step()
+            queue.end_step()
         final = float(np.mean(1 / (1 + np.exp(-scale * (theta - b + e)))))
     return {"completions_per_group": used / max(1, trained), "groups": trained, "final_pass_rate": final}
 
@@ -162,6 +169,7 @@ def main() -> None:
     ap.add_argument("--drift-sd", type=float, default=0.2)
     ap.add_argument("--screen-candidates", type=float, default=2.0, help="ARM:screen=S: candidates per missing group")
     ap.add_argument("--screen-min-chance", type=float, default=0.5, help="ARM:screen=S: the chance a candidate needs")
+    ap.add_argument("--screen-carry", type=int, default=1, help="ARM:screen=S: steps a screened candidate may be held")
     ap.add_argument("--grid", action="store_true", help="the signal sampler over prior_strength x forget_sd x drift_sd")
     a = ap.parse_args()
     arms = a.arms.split(",")

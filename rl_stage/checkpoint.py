@@ -59,8 +59,9 @@ def save(t) -> Path:
         t.write_online(tmp)
         state = {"step": t.step, "scheduler": t.sched.state_dict(), "world_size": t.pg.world,
                  "sampler": t.sampler.state_dict(), "python_rng": random.getstate(), "numpy_rng": np.random.get_state(),
-                 "bad_in_row": t.bad_in_row, "completions": t.completions,
-                 "online": t.online, **({"optimizer": t.opt.state_dict(), **rng} if t.pg.world == 1 else {})}
+                 "bad_in_row": t.bad_in_row, "completions": t.completions, "completions_trained": t.completions_trained,
+                 "online": t.online, "screens": t.screens.state_dict() if t.screens is not None else [],
+                 **({"optimizer": t.opt.state_dict(), **rng} if t.pg.world == 1 else {})}
         torch.save(state, tmp / "trainer_state.pt")
     t.pg.barrier()
     if t.pg.main:
@@ -105,7 +106,10 @@ def load(t, ckpt: Path) -> None:
         torch.cuda.set_rng_state_all(rng["cuda_rng"])
     t.bad_in_row = st["bad_in_row"]
     t.completions = st.get("completions", 0)
+    t.completions_trained = st.get("completions_trained", 0)
     t.online = {k: list(v) for k, v in st.get("online", {}).items()}
+    if t.screens is not None:
+        t.screens.load_state_dict(st.get("screens", []))
     # metrics and evaluations written after this checkpoint belong to steps that will be run again
     for name in ("metrics.jsonl", "eval.jsonl"):
         mpath = t.out / name

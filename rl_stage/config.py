@@ -53,7 +53,9 @@ class TrainConfig:
     screen: int = 0  # screened groups (rl_stage.screening): completions per candidate prompt first, the rest of the
     # group only where it will likely carry a signal; 0: off (every drawn prompt gets its whole group). SPEED-RL: 4 of 16
     screen_min_chance: float = 0.5  # screen: go on when the chance that the whole group is not all equal is at least this
-    screen_candidates: float = 2.0  # screen: candidates drawn per group still missing in a round (our choice)
+    screen_candidates: float = 2.0  # screen: candidates drawn per group still missing in a round, at most (the signal
+    # sampler draws fewer: its refill rule stops where the candidates' chances cover the groups missing); our choice
+    screen_carry: int = 1  # screen: steps a screened candidate that was not needed may wait for a later step; 0: none
     short_batch: str = "error"  # still short after max_gen_batches: error (verl raises) | skip (no update, logged)
     rollout_batch_prompts: int | None = None  # hf rollouts: prompts per generate call; None: a rank's whole round
     vllm_gpu_memory_utilization: float = 0.3  # GPU memory share of the colocated vLLM (TRL colocate 0.3, verl 0.5)
@@ -183,6 +185,8 @@ class TrainConfig:
             raise TrainError(f"screen_min_chance must be in [0, 1], got {self.screen_min_chance}")
         if not (math.isfinite(self.screen_candidates) and self.screen_candidates >= 1):
             raise TrainError(f"screen_candidates must be >= 1 (candidates per missing group), got {self.screen_candidates}")
+        if self.screen_carry < 0:
+            raise TrainError(f"screen_carry must be >= 0 (steps a screened candidate may wait), got {self.screen_carry}")
         if self.short_batch not in ("error", "skip"):
             raise TrainError(f"short_batch must be error or skip, not {self.short_batch!r}")
         from rl_stage.data import CurriculumSampler

@@ -218,13 +218,17 @@ class CurriculumSampler:
         s = np.where(t > 0, c / np.maximum(t, 1), 0.0)
         return np.maximum(self.floor, 1.0 - s)
 
-    def sample(self, n: int, need: int | None = None) -> list[Prompt]:
-        """``n`` distinct prompts of the current stage (all of them, once each, when the stage is smaller); ``need``
-        is not used: every round is a whole batch, as verl's dynamic sampling draws it."""
+    def sample(self, n: int, need: float | None = None, exclude: Sequence[int] = ()) -> list[Prompt]:
+        """``n`` distinct prompts of the current stage (all of them, once each, when the stage is smaller), less those
+        in ``exclude`` (row indices); ``need`` is not used: every round is a whole batch, as verl's dynamic sampling
+        draws it."""
         if self.mode == "weighted":
             chosen = systematic_pps(self.weights(list(range(self.size))), n, self.rng).tolist()
         else:
             chosen = self._epoch_draw(min(n, self.size))
+        if exclude:
+            skip = set(exclude)
+            chosen = [i for i in chosen if i not in skip]
         r = self.rows
         return [Prompt(r["id"][i], r["problem"][i], r["answer"][i], index=i, bucket=r["bucket"][i],
                        prior=r["n_correct"][i] / r["k"][i] if r["k"][i] else None,

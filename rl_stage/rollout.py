@@ -33,6 +33,7 @@ class Rollout:
     completions: int = 0  # every generated completion, dropped groups' and screens' too
     screened_out: int = 0  # candidates whose screen said the rest of the group was not worth generating
     screen_completions: int = 0  # completions of the screening passes (continued groups' first ones included)
+    screens_carried: int = 0  # screened candidates held over from the step before (their screens counted there)
     by_bucket: dict = field(default_factory=dict)  # offline bucket -> [correct, completions] of every generated group
 
 
@@ -103,19 +104,21 @@ class Rollouts:
             return self.engine.load_weights(self.full_weights(next(self.engine.model.parameters()).dtype))
         return 0.0  # transformers rollouts sample from the trained model itself
 
-    def requests(self, prompts, tag: str, positions: list[int], first: int = 0, n: int | None = None):
+    def requests(self, prompts, tag: str, positions: list[int], first: int = 0, n: int | None = None,
+                 keys: list[str] | None = None):
         from curate.difficulty import templates
 
         reqs, ok = [], []
         special = templates.adds_special_tokens(self.template)
-        for i, p in zip(positions, prompts, strict=True):
+        keys = [f"{tag}/{i}/{p.id}" for i, p in zip(positions, prompts, strict=True)] if keys is None else keys
+        for i, p, key in zip(positions, prompts, keys, strict=True):
             text = templates.render(self.template, p.problem, self.tokenizer)
             ids = self.tokenizer(text, add_special_tokens=special)["input_ids"]
             if len(ids) > self.cfg.max_prompt_tokens:
                 continue
             # request ids are positional: two rows may share a problem id (the same text in two sources); the
             # position is the prompt's place in the global batch, so its samples do not depend on the rank
-            reqs.append(self.gen_request(f"{i}:{p.id}", text, ids, f"{tag}/{i}/{p.id}", first, n))
+            reqs.append(self.gen_request(f"{i}:{p.id}", text, ids, key, first, n))
             ok.append((i, p))
         return reqs, ok
 
@@ -126,11 +129,12 @@ class Rollouts:
         return GenRequest(pid, text, ids, None, key, first, n)
 
     def generate(self, prompts, tag: str, cfg=None, positions: list[int] | None = None, first: int = 0,
-                 n: int | None = None):
+                 n: int | None = None, keys: list[str] | None = None):
         """[(position, prompt, prompt ids, completions)] for the prompts that fit, and how many did not. ``first``,
-        ``n``: samples ``first .. first + n - 1`` of each prompt (a screened group's screen, then its rest)."""
+        ``n``: samples ``first .. first + n - 1`` of each prompt (a screened group's screen, then its rest);
+        ``keys``: each prompt's request key, which seeds its samples (default ``TAG/POSITION/ID``)."""
         positions = list(range(len(prompts))) if positions is None else positions
-        reqs, ok = self.requests(prompts, tag, positions, first, n)
+        reqs, ok = self.requests(prompts, tag, positions, first, n, keys)
         self.model.eval()
         # transformers rollouts sample from the trained model itself, under the same autocast as its training pass
         with self.torch.autocast(self.device, dtype=self.torch.bfloat16,
@@ -139,17 +143,17 @@ class Rollouts:
         return [(i, p, r.prompt_ids, res[r.id]) for (i, p), r in zip(ok, reqs, strict=True)], len(prompts) - len(ok)
 
     def round(self, prompts, tag: str, cfg=None, positions: list[int] | None = None, first: int = 0,
-              n: int | None = None):
+              n: int | None = None, keys: list[str] | None = None):
         """Generate and grade one global batch: each rank its share (every world-th prompt from its rank), then
         every rank gets all groups in global order: [(position, (prompt, prompt ids, completions), rewards,
         correct)], the number of prompts too long, and this rank's generate and reward seconds. ``positions``: the
-        prompts' places in their round (their samples' seeds derive from them; default 0, 1, ...); ``first``, ``n``:
-        which samples of each prompt (``generate``)."""
+        prompts' places in their round (their samples' seeds derive from them; default 0, 1, ...); ``first``, ``n``,
+        ``keys``: which samples of each prompt (``generate``)."""
         positions = list(range(len(prompts))) if positions is None else positions
         mine = list(range(self.pg.rank, len(prompts), self.pg.world))
         tg = time.perf_counter()
         groups, n_long = self.generate([prompts[i] for i in mine], tag, cfg=cfg, positions=[positions[i] for i in mine],
-                                       first=first, n=n)
+                                       first=first, n=n, keys=None if keys is None else [keys[i] for i in mine])
         gen_s = time.perf_counter() - tg
         tr = time.perf_counter()
         rewards, correct = self.rewards([g[1:] for g in groups])

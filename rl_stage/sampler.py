@@ -263,8 +263,9 @@ class SignalSampler:
     def scores(self, draws: np.ndarray) -> np.ndarray:
         return group_signal(draws, self.group_size, self.signal)
 
-    def sample(self, n: int, need: int | None = None) -> list[Prompt]:
-        """At most ``n`` distinct prompts not yet drawn this step, by Thompson sampling (module docstring).
+    def sample(self, n: int, need: float | None = None, exclude: Sequence[int] = ()) -> list[Prompt]:
+        """At most ``n`` distinct prompts not yet drawn this step nor in ``exclude`` (row indices), by Thompson
+        sampling (module docstring).
 
         ``need``: the groups with a learning signal still wanted in this step (dynamic sampling's refill). The
         prompts are taken in score order until the groups they are expected to keep (the sum of each one's
@@ -272,6 +273,7 @@ class SignalSampler:
         whole batch for one missing group. None: ``n`` prompts."""
         free = np.ones(self.size, dtype=bool)
         free[self.drawn] = False
+        free[list(exclude)] = False
         cand = np.flatnonzero(free)
         n = min(n, len(cand))
         if n == 0:

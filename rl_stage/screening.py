@@ -19,12 +19,22 @@ A candidate goes on when that chance is at least ``screen_min_chance``; of those
 their chances add up to the groups still missing (the refill rule of ``SignalSampler.sample``). The rest of a
 continued group are samples ``s .. G-1`` of the same request key, so with per-sample seeds (vLLM) a continued group
 holds exactly the completions an unscreened one would.
+
+Nothing screened is thrown away for want of room (``Queue``): a candidate at the bar that was not needed is *held*,
+offered first in the next round and, for ``screen_carry`` steps, in the next steps (SPEED-RL keeps such prompts in
+a buffer for later batches too). New candidates are drawn only for the groups the held ones do not cover: with the
+signal sampler by its refill rule (prompts in score order until their chances of a mixed group add up to the
+groups missing, at most ``screen_candidates`` per group), with the others ``screen_candidates`` per group. A carried
+screen was sampled by the policy of its step; its group is finished by the current one, and the update treats the
+whole group as on-policy, as SPEED-RL's does.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -82,3 +92,68 @@ def choose(chance: np.ndarray, need: int, min_chance: float) -> list[int]:
         out.append(i)
         total += float(chance[i])
     return sorted(out)
+
+
+@dataclass
+class Screened:
+    """A candidate after its screen: ``correct`` of ``s`` right; ``key``: the request key its samples are seeded from
+    (its rest continues it); ``data``: the caller's screen (the trainer's group, rewards, correct); ``age``: the ends of
+    step it has been held over."""
+
+    prompt: Any
+    correct: int
+    key: str
+    data: Any = None
+    age: int = 0
+
+
+class Queue:
+    """The screened candidates of a run not yet continued, and the rule that draws, continues and holds them."""
+
+    def __init__(self, s: int, group_size: int, min_chance: float, candidates: float, carry: int):
+        self.s, self.rest, self.min_chance = s, group_size - s, min_chance
+        self.candidates, self.carry = candidates, carry
+        self.held: list[Screened] = []
+
+    def chances(self, sampler, items: Sequence[Screened]) -> np.ndarray:
+        if not items:
+            return np.zeros(0)
+        return chances(sampler, [x.prompt.index for x in items], [x.correct for x in items], self.s, self.rest)
+
+    def draw(self, sampler, missing: int) -> list:
+        """New candidates to screen for ``missing`` groups: none when the held ones' chances (at the bar) cover them;
+        else the sampler's refill rule for the rest (``need``), at most ``candidates`` per group; never a prompt held."""
+        ch = self.chances(sampler, self.held)
+        need = missing - float(ch[ch >= self.min_chance].sum())
+        if need <= 1e-9:
+            return []
+        return sampler.sample(max(1, math.ceil(need * self.candidates)), need=need,
+                              exclude=[x.prompt.index for x in self.held])
+
+    def decide(self, sampler, screened: Sequence[Screened], missing: int) -> tuple[list[Screened], list[Screened]]:
+        """(to continue, screened out) among the held candidates and the new ``screened`` (held ones first): the
+        likeliest at the bar until their chances cover ``missing`` (``choose``); the others at the bar stay held."""
+        pool = self.held + list(screened)
+        ch = self.chances(sampler, pool)
+        go = set(choose(ch, missing, self.min_chance))
+        self.held = [x for i, x in enumerate(pool) if i not in go and ch[i] >= self.min_chance]
+        return ([x for i, x in enumerate(pool) if i in go],
+                [x for i, x in enumerate(pool) if i not in go and ch[i] < self.min_chance])
+
+    def end_step(self, stage_changed: bool = False) -> None:
+        """A step's end: the held candidates have waited one step more (all of them are done waiting when the
+        curriculum moved to another stage)."""
+        for x in self.held:
+            x.age = self.carry + 1 if stage_changed else x.age + 1
+
+    def begin_step(self) -> list[Screened]:
+        """A step's start: the held candidates that waited past ``carry`` steps leave the queue, screened out."""
+        out = [x for x in self.held if x.age > self.carry]
+        self.held = [x for x in self.held if x.age <= self.carry]
+        return out
+
+    def state_dict(self) -> list[Screened]:
+        return list(self.held)
+
+    def load_state_dict(self, held: list[Screened]) -> None:
+        self.held = list(held)

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import random
 import time
 from dataclasses import asdict, replace
@@ -37,7 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from curate.difficulty import VLLMSampler
-from rl_stage import checkpoint
+from rl_stage import checkpoint, screening
 from rl_stage.config import SAMPLERS, TrainConfig, TrainError, make_sampler
 from rl_stage.distributed import ProcessGroup
 from rl_stage.rollout import Rollout, Rollouts, explicit
@@ -83,9 +82,11 @@ class Trainer:
         self.step = 0
         self.bad_in_row = 0
         self.completions = 0  # generated in the run so far (dropped groups counted)
+        self.completions_trained = 0  # of those, the ones in groups the run trained on
         self.online: dict[str, list] = {}  # prompt id -> [last correct, last graded, last step, total correct, total graded]
         self.pg = ProcessGroup()
         self._data_fp: str | None = None
+        self.screens: screening.Queue | None = None  # screened candidates held for a later round (cfg.screen)
 
     # ---- setup -------------------------------------------------------------------------------------
     def setup(self) -> None:
@@ -163,6 +164,8 @@ class Trainer:
         # every rank holds the same sampler (same seed, same updates from every rank's groups): the global batch
         # is the one a single process would draw, and each rank rolls out its share of it
         self.sampler = make_sampler(cfg, self.alg)
+        self.screens = (screening.Queue(cfg.screen, cfg.group_size, cfg.screen_min_chance, cfg.screen_candidates,
+                                        cfg.screen_carry) if cfg.screen else None)
         log.info("%s", updates_line(cfg, self.alg))
         if cfg.top_p < 1 and cfg.rollout_backend == "vllm":
             log.warning("top_p < 1: vLLM's log-probs are of the renormalized nucleus, the trainer's of the full "
@@ -227,19 +230,24 @@ class Trainer:
         ro.target = target = min(cfg.prompts_per_step, self.sampler.size)
         kept_ids: set[str] = set()
         drawn: set[int] = set()  # the pool's rows drawn in this step
-        screen = cfg.screen
+        screens = self.screens
+        if screens is not None:
+            for x in screens.begin_step():
+                self._screened_out(ro, x)
+            ro.screens_carried = len(screens.held)
+            drawn.update(x.prompt.index for x in screens.held)
         while len(ro.kept) < target and (limit is None or ro.gen_rounds < limit):
             missing = target - len(ro.kept)
-            if screen:  # more candidates than groups missing: the screen is the filter (rl_stage.screening)
-                prompts = self.sampler.sample(max(missing, math.ceil(missing * cfg.screen_candidates)))
+            if screens is not None:  # the screen is the filter (rl_stage.screening): candidates for the groups missing
+                prompts = screens.draw(self.sampler, missing)
             else:
                 prompts = self.sampler.sample(cfg.prompts_per_step, need=missing if dynamic else None)
-            if not prompts:  # every prompt of the pool was drawn in this step already
+            if not prompts and not (screens is not None and screens.held):  # the pool was drawn in this step already
                 break
             drawn.update(x.index for x in prompts)
             tag = f"{self.step}/{ro.gen_rounds}"
-            if screen:
-                groups = self._screened(prompts, tag, missing, ro)
+            if screens is not None:
+                groups = self._screened(screens, prompts, tag, missing, ro)
             else:
                 groups = self._round(ro, prompts, tag)
                 self.sampler.observe([(g[0].index, sum(c), len(c)) for _, g, _, c in groups])
@@ -272,49 +280,52 @@ class Trainer:
         ro.too_long += n_long
         return groups
 
-    def _count(self, ro: Rollout, g, c) -> None:
-        """A graded group (a whole one, or a screen that went no further) into the step's counts and the online table."""
+    def _count(self, ro: Rollout, g, c, generated: bool = True) -> None:
+        """A graded group (a whole one, or a screen that went no further) into the step's counts and the online table;
+        ``generated``: its completions are added to the step's (a screened round counts them as it generates them)."""
         p = g[0]
         self._record(p, sum(c), len(c))
-        ro.completions += len(c)
+        if generated:
+            ro.completions += len(c)
         ro.accuracy.append(sum(c) / len(c))
         by = ro.by_bucket.setdefault(p.bucket or "unscored", [0, 0])
         by[0] += sum(c)
         by[1] += len(c)
         ro.boxed += [explicit(x.text) for x in g[2]]
 
-    def _screened(self, prompts, tag: str, missing: int, ro: Rollout) -> list:
-        """One screened round (``rl_stage.screening``): ``screen`` completions of every candidate, observed by the
-        sampler; the rest of the group (samples ``screen .. G-1``) for the candidates chosen to go on. Returns the
-        continued groups, whole, as ``Rollouts.round`` gives groups; the others count as screened out."""
-        from rl_stage import screening
-
+    def _screened(self, screens: screening.Queue, prompts, tag: str, missing: int, ro: Rollout) -> list:
+        """One screened round (``rl_stage.screening``): ``screen`` completions of every new candidate, observed by the
+        sampler; the queue then picks, among the held candidates and the new ones, those whose rest of the group
+        (samples ``screen .. G-1`` of the same request key) is generated. Returns the continued groups, whole, as
+        ``Rollouts.round`` gives groups; the candidates below the bar count as screened out, the others stay held."""
         cfg = self.cfg
         s, rest = cfg.screen, cfg.group_size - cfg.screen
-        first = self._round(ro, prompts, tag, n=s)
+        first = self._round(ro, prompts, tag, n=s) if prompts else []
         ro.groups_generated += len(first)
-        ro.screen_completions += sum(len(c) for _, _, _, c in first)
+        ro.completions += sum(len(c) for *_, c in first)
+        ro.screen_completions += sum(len(c) for *_, c in first)
         self.sampler.observe([(g[0].index, sum(c), len(c)) for _, g, _, c in first])
-        chance = screening.chances(self.sampler, [g[0].index for _, g, _, _ in first], [sum(c) for *_, c in first], s,
-                                   rest)
-        go = screening.choose(chance, missing, cfg.screen_min_chance)
-        more = {}
-        if go:
-            cont = [first[j] for j in go]
-            done = self._round(ro, [g[0] for _, g, _, _ in cont], tag, positions=[x[0] for x in cont], first=s, n=rest)
-            self.sampler.observe([(g[0].index, sum(c), len(c)) for _, g, _, c in done])
-            more = {pos: (g, r, c) for pos, g, r, c in done}
-        out = []
-        for pos, g, r, c in first:
-            if pos not in more:
-                ro.screened_out += 1
-                self._count(ro, g, c)
-                continue
-            g2, r2, c2 = more[pos]
+        new = [screening.Screened(g[0], sum(c), f"{tag}/{pos}/{g[0].id}", (g, r, c)) for pos, g, r, c in first]
+        go, out = screens.decide(self.sampler, new, missing)
+        for x in out:
+            self._screened_out(ro, x)
+        if not go:
+            return []
+        done = self._round(ro, [x.prompt for x in go], tag, keys=[x.key for x in go], first=s, n=rest)
+        ro.completions += sum(len(c) for *_, c in done)
+        self.sampler.observe([(g[0].index, sum(c), len(c)) for _, g, _, c in done])
+        groups = []
+        for j, g2, r2, c2 in done:
+            g, r, c = go[j].data
             whole = (g[0], g[1], list(g[2]) + list(g2[2]))
-            self._count(ro, whole, list(c) + list(c2))
-            out.append((pos, whole, list(r) + list(r2), list(c) + list(c2)))
-        return out
+            self._count(ro, whole, list(c) + list(c2), generated=False)
+            groups.append((j, whole, list(r) + list(r2), list(c) + list(c2)))
+        return groups
+
+    def _screened_out(self, ro: Rollout, x: screening.Screened) -> None:
+        g, _, c = x.data
+        ro.screened_out += 1
+        self._count(ro, g, c, generated=False)
 
     def _advance_schedule(self) -> None:
         """One schedule step per rollout step, also when no update ran (torch warns about that order)."""
@@ -334,14 +345,16 @@ class Trainer:
         expected = [p.expected for p in kept_prompts if p.expected is not None]
         with_signal = sum(1 for _, r, _ in (ro.kept[: ro.target] if not ro.short else []) if max(r) != min(r))
         trained = sum(len(c) for _, _, c in ro.kept[: ro.target]) if kept_prompts else 0
+        self.completions_trained += trained
         metrics = {"step": self.step + 1, "stage": self.sampler.stage_name, "groups": len(kept_prompts),
                    "groups_with_signal": with_signal,
                    "groups_generated": ro.groups_generated, "dropped_groups": ro.dropped, "gen_rounds": ro.gen_rounds,
                    "completions": ro.completions, "completions_total": self.completions,
                    "completions_per_group": round(ro.completions / len(kept_prompts), 3) if kept_prompts else None,
                    "completions_trained": trained,
-                   "trained_share": round(trained / ro.completions, 4) if ro.completions else None,
+                   "trained_share": round(self.completions_trained / self.completions, 4) if self.completions else None,
                    "screened_out": ro.screened_out, "screen_completions": ro.screen_completions,
+                   "screens_carried": ro.screens_carried,
                    "prior_pass_rate": float(np.mean(priors)) if priors else None,
                    "expected_pass_rate": float(np.mean(expected)) if expected else None,
                    "accuracy_by_bucket": {b: round(c / n, 4) for b, (c, n) in sorted(ro.by_bucket.items())},
@@ -482,8 +495,11 @@ class Trainer:
                                          f"(last checkpoint: {self._latest_checkpoint()})")
                 else:
                     self.bad_in_row = 0
-                if self.sampler.end_step():
+                advanced = self.sampler.end_step()
+                if advanced:
                     m["stage_advanced_to"] = self.sampler.stage_name
+                if self.screens is not None:
+                    self.screens.end_step(stage_changed=advanced)
                 last = self.step == self.cfg.steps or self._budget_spent()
                 periodic = self.cfg.eval_every and self.step % self.cfg.eval_every == 0
                 every = self.cfg.eval_every_completions

@@ -75,8 +75,8 @@ def test_two_ranks_screen_as_one_process_does(runs):
                                                        "eval_prompts": 0}))
     _train(runs / "screen_one.json")
     _train(runs / "screen_two.json", "--nproc-per-node", "2")
-    keys = ("groups_generated", "screened_out", "screen_completions", "completions", "completions_trained", "groups",
-            "dropped_groups", "reward", "tokens_generated", "skipped")
+    keys = ("groups_generated", "screened_out", "screens_carried", "screen_completions", "completions",
+            "completions_trained", "groups", "dropped_groups", "reward", "tokens_generated", "skipped")
     m1, m2 = _lines(runs / "screen_one" / "metrics.jsonl"), _lines(runs / "screen_two" / "metrics.jsonl")
     assert [[m.get(k) for k in keys] for m in m1] == [[m.get(k) for k in keys] for m in m2]
     assert sum(m["screen_completions"] for m in m1) > 0

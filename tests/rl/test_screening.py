@@ -37,13 +37,61 @@ def test_the_likeliest_candidates_go_on_until_their_chances_cover_the_groups_mis
     assert screening.choose(np.array([]), need=3, min_chance=0.5) == []
 
 
+class _Pool:
+    """A sampler without a belief (the flat rule applies) that hands out prompts 0, 1, 2 ... and records its calls."""
+
+    def __init__(self):
+        self.calls, self.next = [], 0
+
+    def sample(self, n, need=None, exclude=()):
+        from rl_stage.data import Prompt
+
+        self.calls.append((n, need, list(exclude)))
+        out = [Prompt(f"q{i}", "", "1", index=i) for i in range(self.next, self.next + n)]
+        self.next += n
+        return out
+
+
+def test_the_queue_holds_what_was_not_needed_and_carries_it_one_step():
+    pool, q = _Pool(), screening.Queue(2, 4, min_chance=0.5, candidates=2.0, carry=1)
+    new = lambda prompts, cs: [screening.Screened(p, c, f"k{p.index}") for p, c in zip(prompts, cs, strict=True)]  # noqa: E731
+    first = q.draw(pool, missing=2)  # nothing held: 2 x 2.0 = 4 candidates for 2 groups
+    assert [p.index for p in first] == [0, 1, 2, 3] and pool.calls == [(4, 2, [])]
+    # screens 1, 0, 2, 1 of 2: chances 1, 0.4, 0.4, 1 (Beta(1, 3): 1 - 3/5); 0 and 3 cover the 2 groups
+    go, out = q.decide(pool, new(first, [1, 0, 2, 1]), missing=2)
+    assert [x.prompt.index for x in go] == [0, 3] and [x.prompt.index for x in out] == [1, 2] and q.held == []
+    second = q.draw(pool, missing=2)
+    go, out = q.decide(pool, new(second, [1, 1, 1, 0]), missing=2)  # three at chance 1 for two groups: one is held
+    assert [x.prompt.index for x in go] == [4, 5] and [x.prompt.index for x in out] == [7]
+    assert [x.prompt.index for x in q.held] == [6]
+    assert q.draw(pool, missing=1) == [] and len(pool.calls) == 2  # the held one covers the one group missing
+    q.draw(pool, missing=2)  # it covers one of two: candidates for the other, never the held prompt itself
+    assert pool.calls[-1] == (2, 1.0, [6])
+    q.end_step()
+    assert q.begin_step() == [] and [x.age for x in q.held] == [1]  # waits one step
+    go, _ = q.decide(pool, [], missing=1)  # the next step's first round continues it before any new candidate
+    assert [x.prompt.index for x in go] == [6] and q.held == []
+    q.load_state_dict(new(second[:2], [1, 1]))
+    q.end_step()
+    q.end_step()
+    assert [x.prompt.index for x in q.begin_step()] == [4, 5] and q.held == []  # past carry: screened out
+    q.load_state_dict(new(second[:1], [1]))
+    q.end_step(stage_changed=True)  # a new curriculum stage: nothing of the old one is carried into it
+    assert [x.prompt.index for x in q.begin_step()] == [4]
+    q0 = screening.Queue(2, 4, min_chance=0.5, candidates=2.0, carry=0)
+    q0.load_state_dict(new(second[:1], [1]))
+    q0.end_step()
+    assert len(q0.begin_step()) == 1  # carry 0: a screen never waits for another step
+
+
 def test_screen_settings_are_checked(tmp_path):
     from rl_stage.config import TrainConfig, TrainError
 
     for kw, msg in ((dict(screen=8), "screen must be 0 \\(off\\) or 1 .. group_size - 1 \\(7\\), got 8"),
                     (dict(screen=-1), "screen must be 0"),
                     (dict(screen=2, screen_min_chance=1.5), "screen_min_chance must be in \\[0, 1\\]"),
-                    (dict(screen=2, screen_candidates=0.5), "screen_candidates must be >= 1")):
+                    (dict(screen=2, screen_candidates=0.5), "screen_candidates must be >= 1"),
+                    (dict(screen=2, screen_carry=-1), "screen_carry must be >= 0")):
         with pytest.raises(TrainError, match=msg):
             TrainConfig(data=["x"], group_size=8, **kw).check()
 
@@ -61,7 +109,7 @@ def _cfg(export_dir, out, **kw):
     from rl_stage.trainer import TrainConfig
 
     base = dict(data=[str(export_dir)], out=str(out), rollout_backend="hf", preset="dapo", mini_batches=1,
-                prompts_per_step=2, group_size=4, screen=2, max_tokens=16, steps=2, save_every=1, lr=1e-5,
+                prompts_per_step=2, group_size=4, screen=2, sampler="uniform", max_tokens=16, steps=2, save_every=1, lr=1e-5,
                 keep_checkpoints=1, micro_batch_size=8, seed=5)
     base.update(kw)
     return TrainConfig(**base)
@@ -89,14 +137,17 @@ def test_a_screened_step_counts_every_completion_and_resumes_exactly(export_dir,
     _one_zero_in_every_call(monkeypatch)
     Trainer(_cfg(export_dir, tmp_path / "full")).run(progress=False)
     rows = [json.loads(x) for x in (tmp_path / "full" / "metrics.jsonl").read_text().splitlines()]
-    # a step: 2 groups missing -> 2 x 2.0 = 4 candidates, 2 completions each (8); the first 2 (chance 1 each: 1 + 1 >= 2)
-    # get their other 2 (4 more); 12 completions, 8 of them in the 2 trained groups
-    for m in rows:
-        assert (m["groups_generated"], m["screened_out"], m["groups"], m["dropped_groups"], m["gen_rounds"]) == (4, 2, 2, 0, 1)
-        assert (m["completions"], m["screen_completions"], m["completions_trained"]) == (12, 8, 8)
-        assert m["completions_per_group"] == 6.0 and m["trained_share"] == pytest.approx(8 / 12, abs=1e-4)
-        assert m["updates"] == 1 and m["grad_norm"] > 0
-    assert [m["completions_total"] for m in rows] == [12, 24]
+    # step 1: 2 groups missing -> 2 x 2.0 = 4 candidates (uniform keeps no belief), 2 completions each (8); all four
+    # are mixed (chance 1): the first two cover the 2 groups and get their other 2 (4 more), the other two are held.
+    # 12 completions, 8 of them in the 2 trained groups.
+    # step 2: the two held cover both groups: no new candidate, their rest only (4 completions), 8 trained.
+    # over the run: 16 completions, all 16 in trained groups, none screened out
+    got = [(m["groups_generated"], m["screened_out"], m["screens_carried"], m["groups"], m["dropped_groups"],
+            m["gen_rounds"], m["completions"], m["screen_completions"], m["completions_trained"]) for m in rows]
+    assert got == [(4, 0, 0, 2, 0, 1, 12, 8, 8), (0, 0, 2, 2, 0, 1, 4, 0, 8)]
+    assert [m["completions_total"] for m in rows] == [12, 16]
+    assert [m["trained_share"] for m in rows] == [pytest.approx(8 / 12, abs=1e-4), 1.0]
+    assert all(m["updates"] == 1 and m["grad_norm"] > 0 for m in rows)
     Trainer(_cfg(export_dir, tmp_path / "half")).run(stop_after=1, progress=False)
     Trainer(_cfg(export_dir, tmp_path / "half"), resume=True).run(progress=False)
     strip = lambda p: [{k: v for k, v in json.loads(x).items() if not k.startswith("time/")}  # noqa: E731
@@ -104,8 +155,8 @@ def test_a_screened_step_counts_every_completion_and_resumes_exactly(export_dir,
     assert strip(tmp_path / "full") == strip(tmp_path / "half")
     capsys.readouterr()
     assert main(["show", str(tmp_path / "full")]) == 0
-    assert ("completions generated 24, groups trained 4, 6.0 completions per trained group, 67% of completions in "
-            "trained groups; 4 groups screened out") in capsys.readouterr().out
+    assert ("completions generated 16, groups trained 4, 4.0 completions per trained group, 100% of completions in "
+            "trained groups\n") in capsys.readouterr().out
 
 
 @pytest.mark.engine
@@ -122,8 +173,11 @@ def test_a_continued_group_is_the_group_an_unscreened_round_draws(export_dir, tm
         whole = t.rollouts.round(prompts, "s")[0]
         screen = t.rollouts.round(prompts, "s", n=2)[0]
         rest = t.rollouts.round(prompts[1:], "s", positions=[1], first=2, n=2)[0]
+        # a held screen is finished in a later round: its own request key, whatever that round's tag and position
+        later = t.rollouts.round(prompts[1:], "later", keys=[f"s/1/{prompts[1].id}"], first=2, n=2)[0]
         texts = lambda g: [c.text for c in g[1][2]]  # noqa: E731
         assert len(texts(whole[1])) == 4 and texts(whole[1]) == texts(screen[1]) + texts(rest[0])
+        assert texts(later[0]) == texts(rest[0])
         assert len(set(texts(whole[1]))) > 1  # distinct samples, not one repeated
     finally:
         t.rollouts.close()
