@@ -84,7 +84,7 @@ def typo(gold: str, rng: random.Random) -> str | None:
 
 def rules(pool, answers: list, outcomes: list[str]) -> tuple[bool, bool]:
     """(rule 2, rule 1) flags of one row."""
-    from curate.difficulty.estimate import consensus
+    from curate.difficulty.suspect import consensus
 
     r2 = consensus(pool, answers, outcomes)["suspect_gold"]
     # rule 1: correct samples neither count as a wrong answer nor veto the flag

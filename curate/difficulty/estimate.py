@@ -5,8 +5,10 @@ temperature and use the pass rate as the difficulty (lower = harder). This modul
 (``curate.difficulty.engines``) and the grading pool (``curate.difficulty.grading``) over curated shards:
 
 - the engine runs in the main thread and is kept full (``Sampler.stream``); each finished problem goes to a
-  grader thread that grades it in worker processes and writes shards, so grading overlaps generation;
-- input rows are cut into fixed chunks of ``chunk_rows``; chunk ``c`` becomes ``kept/part_{c:06d}.parquet``
+  grader thread (``curate.difficulty.grader_thread``) that grades it in worker processes and writes shards, so
+  grading overlaps generation;
+- input rows are cut into fixed chunks of ``chunk_rows`` (``curate.difficulty.chunks``); chunk ``c`` becomes
+  ``kept/part_{c:06d}.parquet``
   (written last, tmp then rename), plus ``rejected/`` and, with ``keep_responses``, ``responses/`` shards.
   A kept part on disk is a finished chunk: a killed run, started again, skips those and redoes the rest;
   no row is duplicated or lost (the manifest's conservation check counts them);
@@ -25,7 +27,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import math
 import os
 import queue
 import threading
@@ -42,20 +43,29 @@ import pyarrow.parquet as pq
 
 from curate.core.config import ConfigError, check_choice
 from curate.core.manifest import Manifest
-from curate.core.runner import Runner, StageError, input_entries, reject_table
-from curate.core.schema import SCHEMA, conform
+from curate.core.runner import Runner, StageError, input_entries
 from curate.core.shards import file_sha256, shard_paths, stage_dir, write_json_atomic
 from curate.difficulty import templates
 from curate.difficulty.adaptive import (
     AdaptiveConfig,
-    next_round,
     reliability_check,
 )
-from curate.difficulty.engines import Completion, GenRequest, Sampler, SamplingConfig, make_sampler
-from curate.difficulty.extraction import final_answer
+from curate.difficulty.chunks import (
+    STAGE,
+    Chunk,
+    Generated,
+    Histogram,
+    NewChunk,
+    RunInfo,
+    Stored,
+    count_chunks,
+    progress_bar,
+    read_chunks,
+)
+from curate.difficulty.engines import GenRequest, Sampler, SamplingConfig, make_sampler
+from curate.difficulty.grader_thread import GraderThread, wilson
 from curate.difficulty.grading import GRADER_VERSION, OUTCOMES, GradingPool
 from curate.difficulty.store import (
-    DIFFICULTY_COLUMNS,
     SCORING_RULE,
     DifficultyStore,
     EstimateError,
@@ -64,39 +74,15 @@ from curate.difficulty.store import (
     row_key,
     store_identity,
     template_fingerprint,
-    write_table_atomic,
 )
-from curate.difficulty.suspect import SUSPECT_RULE, consensus, suspect_recall
+from curate.difficulty.suspect import SUSPECT_RULE, suspect_recall
 
 log = logging.getLogger(__name__)
-STAGE = "estimate"
 # A sample whose grading timed out is graded again at the end of the stage, alone, with this many times the
 # first pass's math-verify timeout (30 s at the default 5 s): a verdict should depend on the pair, not on the load.
 REGRADE_FACTOR = 6  # changes verdicts: bump _GRADING_RULE in grading.py (part of every store key) when it changes
 # Fixed k: a row with a timed-out sample waits for the second pass, at the end of the stage or as soon as this many
 # rows wait (its chunk is written after it); adaptive rows are graded again at once, before the stopping rule.
-PARK_MAX = 256
-RESPONSE_SCHEMA = pa.schema([
-    pa.field("id", pa.string(), nullable=False),
-    pa.field("sample", pa.int32(), nullable=False),
-    pa.field("text", pa.string(), nullable=False),
-    pa.field("response_tokens", pa.int32(), nullable=False),
-    pa.field("finish_reason", pa.string(), nullable=False),
-    pa.field("outcome", pa.string(), nullable=False),
-])
-
-
-def wilson(n_correct: int, n: int, z: float = 1.959964) -> tuple[float, float]:
-    """Wilson score interval for a binomial proportion (95% by default); (0, 1) when n = 0."""
-    if n <= 0:
-        return 0.0, 1.0
-    p = n_correct / n
-    denom = 1 + z * z / n
-    center = (p + z * z / (2 * n)) / denom
-    half = z / denom * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
-    lo = 0.0 if n_correct == 0 else max(0.0, center - half)  # exact at the ends (no 0.9999999999999999)
-    hi = 1.0 if n_correct == n else min(1.0, center + half)
-    return lo, hi
 
 
 @dataclass(frozen=True)
@@ -152,116 +138,7 @@ class EstimateConfig:
         return d
 
 
-def _chunks(folders: list[Path], size: int, limit: int | None = None) -> Iterator[pa.Table]:
-    """Input rows in order (the first ``limit`` only, if set), cut into tables of exactly ``size`` rows."""
-    buf: list[pa.Table] = []
-    n = 0
-    left = limit if limit is not None else float("inf")
-    for folder in folders:
-        for p in shard_paths(folder):
-            for rb in pq.ParquetFile(p).iter_batches(batch_size=size):
-                if left <= 0:
-                    break
-                t = pa.Table.from_batches([rb])
-                if t.num_rows > left:
-                    t = t.slice(0, int(left))
-                left -= t.num_rows
-                buf.append(t)
-                n += t.num_rows
-                while n >= size:
-                    whole = pa.concat_tables(buf, promote_options="permissive") if len(buf) > 1 else buf[0]
-                    yield whole.slice(0, size)
-                    rest = whole.slice(size)
-                    buf, n = ([rest] if rest.num_rows else []), rest.num_rows
-    if n:
-        yield pa.concat_tables(buf, promote_options="permissive") if len(buf) > 1 else buf[0]
-
-
-def _n_chunks(folders: list[Path], size: int, limit: int | None = None) -> int:
-    """How many tables ``_chunks`` cuts the inputs into, from the shards' metadata (no row is read)."""
-    rows = sum(pq.ParquetFile(p).metadata.num_rows for folder in folders for p in shard_paths(folder))
-    if limit is not None:
-        rows = min(rows, limit)
-    return -(-rows // size)
-
-
-
-
-@dataclass
-class _Chunk:
-    index: int
-    table: pa.Table  # the input rows of this chunk
-    todo: set[int]  # row positions still waiting for samples or grades
-    rejected: dict[int, tuple[str, str]]  # position -> (reason, detail)
-    prompt_tokens: dict[int, int | None]
-    scored: dict[int, dict] = field(default_factory=dict)  # position -> difficulty columns
-    responses: list[dict] = field(default_factory=list)
-    from_store: set[int] = field(default_factory=set)
-    requests: dict[int, GenRequest] = field(default_factory=dict)  # sequential: each row's request, for its next round
-    drawn: dict[int, tuple[list[Completion], list[str], int]] = field(default_factory=dict)  # sequential: so far
-
-
-@dataclass(frozen=True)
-class _NewChunk:
-    """A chunk's rows are about to be served: register it before any of its results."""
-
-    chunk: _Chunk
-
-
-@dataclass(frozen=True)
-class _Stored:
-    """Row ``row`` of chunk ``chunk`` comes from the difficulty store."""
-
-    chunk: int
-    row: int
-    scores: dict
-
-
-@dataclass(frozen=True)
-class _Generated:
-    """The k completions of row ``row`` of chunk ``chunk``, to be graded."""
-
-    chunk: int
-    row: int
-    completions: list[Completion]
-
-
-_Message = _NewChunk | _Stored | _Generated
-
-
-@dataclass
-class _RunInfo:
-    """What a run learns about its engine and store once it starts (all of it recorded in the manifest)."""
-
-    model: str | None = None
-    revision: str | None = None
-    param_key: str | None = None
-    store_note: str | None = None
-    sampler: dict | None = None
-    grading: dict = field(default_factory=dict)
-    prior: dict | None = None  # adaptive with prior = store: what the prior was fitted on (``fit_store_prior``)
-    gen_started: float = 0.0
-    shares: int = 1  # engines the run was split across (``run_share``)
-
-
-class _Histogram:
-    """Running pass-count histogram for the progress bar."""
-
-    def __init__(self, k: int):
-        self.k = k
-        self.counts: Counter[int] = Counter()
-
-    def add(self, n_correct: int) -> None:
-        self.counts[n_correct] += 1
-
-    def text(self) -> str:
-        return " ".join(f"{i}:{self.counts.get(i, 0)}" for i in range(self.k + 1))
-
-    def total(self) -> int:
-        return sum(self.counts.values())
-
-
-class Estimator:
+class Estimator(GraderThread):
     """One estimation run into ``out``; see the module docstring for the layout and guarantees."""
 
     def __init__(self, inputs: list[Path], out: Path, cfg: EstimateConfig, sampler: Sampler | None = None,
@@ -272,13 +149,15 @@ class Estimator:
         self._sampler = sampler
         self.progress = progress
         self.stats: defaultdict[str, float] = defaultdict(float)  # counts and seconds of this run
-        self.info = _RunInfo()
+        self.info = RunInfo()
         self.sampler: Sampler | None = None
         self.store: DifficultyStore | None = None
         self._next_rounds: queue.Queue = queue.Queue()  # sequential: later rounds, from the grader thread
         self._prior: list[float] | None = None  # adaptive, prior = store: the fitted prior on the grid
         self._open = 0  # sequential: problems sent and not yet stopped
         self._lock = threading.Lock()
+        self.grader_version = GRADER_VERSION
+        self.regrade_factor = REGRADE_FACTOR
 
     # ---- setup -------------------------------------------------------------------------------------
     def _config(self) -> dict:
@@ -355,7 +234,7 @@ class Estimator:
     def finish_shares(self, shares: list[dict]) -> Manifest:
         """The manifest of a shared run, once every share has returned (every chunk checked on disk)."""
         runner = self._runner()
-        total = _n_chunks(self.inputs, self.cfg.chunk_rows, self.cfg.limit)
+        total = count_chunks(self.inputs, self.cfg.chunk_rows, self.cfg.limit)
         missing = sorted(set(range(total)) - self._done())
         if missing:
             raise EstimateError(f"{len(missing)} chunk(s) not scored ({missing[:5]}...): a share did not finish; "
@@ -385,7 +264,7 @@ class Estimator:
     # ---- the run -------------------------------------------------------------------------------------
     def _generate(self, done: set[int], mine: Callable[[int], bool] | None = None) -> None:
         cfg, s = self.cfg, self.cfg.sampling
-        all_chunks = list(_chunks(self.inputs, cfg.chunk_rows, cfg.limit))
+        all_chunks = list(read_chunks(self.inputs, cfg.chunk_rows, cfg.limit))
         todo_chunks = [(i, t) for i, t in enumerate(all_chunks) if i not in done and (mine is None or mine(i))]
         self.stats["chunks_total"] = len(all_chunks)
         self.stats["chunks_done_before"] = len(done)
@@ -421,8 +300,8 @@ class Estimator:
         q: queue.Queue = queue.Queue(maxsize=4096)
         errors: list[BaseException] = []
         n_rows = sum(t.num_rows for _, t in todo_chunks)
-        bar = _progress_bar(n_rows, self.progress)
-        hist = _Histogram(s.k)
+        bar = progress_bar(n_rows, self.progress)
+        hist = Histogram(s.k)
         grader = threading.Thread(target=self._grader_loop, args=(q, errors, bar, hist), name="gradus-grader", daemon=True)
         grader.start()
         info.gen_started = time.perf_counter()
@@ -436,7 +315,7 @@ class Estimator:
                 c, i = (int(x) for x in rid.split(":", 2)[:2])
                 self.stats["samples"] += len(comps)
                 self.stats["tokens"] += sum(x.n_tokens for x in comps)
-                q.put(_Generated(c, i, comps))
+                q.put(Generated(c, i, comps))
         finally:
             q.put(None)
             grader.join()
@@ -527,13 +406,13 @@ class Estimator:
             seq = cfg.sequential
             if seq.adaptive:
                 reqs = [(i, dataclasses.replace(r, n=seq.k_first)) for i, r in reqs]
-            ch = _Chunk(c, table, todo, rejected, ptoks, requests=dict(reqs) if seq.active else {})
+            ch = Chunk(c, table, todo, rejected, ptoks, requests=dict(reqs) if seq.active else {})
             if seq.active:
                 with self._lock:
                     self._open += len(reqs)
-            q.put(_NewChunk(ch))
+            q.put(NewChunk(ch))
             for i, row in hits.items():
-                q.put(_Stored(c, i, row))
+                q.put(Stored(c, i, row))
             self.stats["store_hits"] += len(hits)
             for _, req in reqs:
                 yield from self._follow_ups()  # later rounds first: they finish problems and free their chunks
@@ -555,188 +434,6 @@ class Estimator:
             except queue.Empty:
                 return
 
-    def _grader_loop(self, q: queue.Queue, errors: list, bar, hist: _Histogram) -> None:
-        """Take messages in batches: register chunks, grade every completion of the batch in one pool call,
-        score rows, and write each chunk as soon as its last row is in."""
-        chunks: dict[int, _Chunk] = {}
-        parked: list[tuple] = []  # (chunk, row, completions, outcomes, rounds, stop reason, bucket masses)
-        try:
-            with GradingPool(self.cfg.grader_workers, timeout_s=self.cfg.grader_timeout_s) as pool:
-                finished = False
-                while not finished:
-                    items: list[_Message | None] = [q.get()]
-                    while len(items) < 256:
-                        try:
-                            items.append(q.get_nowait())
-                        except queue.Empty:
-                            break
-                    finished = None in items
-                    batch = [x for x in items if x is not None]
-                    for m in batch:  # registrations first: a chunk's rows may arrive in the same batch
-                        if isinstance(m, _NewChunk):
-                            chunks[m.chunk.index] = m.chunk
-                    gens = [m for m in batch if isinstance(m, _Generated)]
-                    outcomes = self._grade(pool, chunks, gens)
-                    if self.cfg.sequential.active:  # the stopping rule must see the final verdicts: the second pass
-                        self._second_pass(pool, [(chunks[gens[gi].chunk].table["answer"][gens[gi].row].as_py(),
-                                                  gens[gi].completions[j].text, outs, j)
-                                                 for gi, outs in enumerate(outcomes) for j, o in enumerate(outs)
-                                                 if o == "timeout"])
-                    for m, outs in zip(gens, outcomes, strict=True):
-                        ch = chunks[m.chunk]
-                        if self.cfg.sequential.active:
-                            done = self._next_round(ch, m.row, m.completions, outs)
-                            if done is None:
-                                continue
-                        else:
-                            done = (m.completions, outs, None, None, None)
-                        if not self.cfg.sequential.active and "timeout" in done[1]:  # the second pass is later
-                            parked.append((ch, m.row, *done))
-                            continue
-                        self._score_and_record(pool, ch, m.row, done, hist, bar)
-                    if parked and (finished or len(parked) >= PARK_MAX):
-                        self._regrade(pool, parked, hist, bar)
-                        parked = []
-                    for m in batch:
-                        if isinstance(m, _Stored):
-                            chunks[m.chunk].from_store.add(m.row)
-                            row: dict = {k: m.scores.get(k) for k in DIFFICULTY_COLUMNS}
-                            if row.get("answers") is not None and row.get("outcomes") is not None:
-                                row.update(consensus(pool, row["answers"], row["outcomes"]))  # today's rule
-                            self._record(chunks[m.chunk], m.row, row, hist, bar)
-                    for cidx in sorted(k for k, ch in chunks.items() if not ch.todo):
-                        self._write_chunk(chunks.pop(cidx))
-                        el = max(1e-9, time.perf_counter() - self.info.gen_started)
-                        log.info("estimate: part %d written: %d problems scored, %d samples (%.1f samples/s, %.0f "
-                                 "tokens/s); pass counts %s", cidx, hist.total(), self.stats["samples"],
-                                 self.stats["samples"] / el, self.stats["tokens"] / el, hist.text())
-                self.info.grading = dict(pool.stats)
-        except BaseException as e:  # noqa: BLE001 - handed to the main thread, which re-raises it
-            errors.append(e)
-            while True:  # unblock the producer
-                try:
-                    q.get_nowait()
-                except queue.Empty:
-                    break
-
-    def _score_and_record(self, pool: GradingPool, ch: _Chunk, i: int, done: tuple, hist: _Histogram, bar) -> None:
-        row = self._score(ch, i, *done)
-        row.update(consensus(pool, row["answers"], row["outcomes"]))
-        self._record(ch, i, row, hist, bar)
-
-    def _second_pass(self, pool: GradingPool, items: list[tuple[str, str, list[str], int]]) -> None:
-        """Grade (gold, response) again, one at a time, with math-verify's timeout ``REGRADE_FACTOR`` times the first
-        pass's, and write each verdict into ``outcomes[j]`` (items: gold, response, outcomes, j). A sample that times
-        out again stays ``timeout`` (a failure, under its own label). The pool's stats count both passes."""
-        if not items:
-            return
-        t0 = time.perf_counter()
-        verdicts = pool.regrade([g for g, *_ in items], [r for _, r, *_ in items], REGRADE_FACTOR * self.cfg.grader_timeout_s)
-        for (_, _, outs, j), o in zip(items, verdicts, strict=True):
-            outs[j] = o
-        self.stats["grade_seconds"] += time.perf_counter() - t0
-
-    def _regrade(self, pool: GradingPool, parked: list[tuple], hist: _Histogram, bar) -> None:
-        """Fixed k: the second pass over the parked rows' timed-out samples (``_second_pass``), then their rows are
-        scored and recorded (their chunks can be written)."""
-        self._second_pass(pool, [(ch.table["answer"][i].as_py(), comps[j].text, outs, j)
-                                 for ch, i, comps, outs, *_ in parked for j, o in enumerate(outs) if o == "timeout"])
-        for ch, i, *done in parked:
-            self._score_and_record(pool, ch, i, tuple(done), hist, bar)
-
-    def _grade(self, pool: GradingPool, chunks: dict[int, _Chunk], gens: list[_Generated]) -> list[list[str]]:
-        """Outcomes of every completion of ``gens``, in one pool call (``GradingPool.grade_completions``)."""
-        golds, texts, cut, sizes = [], [], [], []
-        for m in gens:
-            gold = chunks[m.chunk].table["answer"][m.row].as_py()
-            golds += [gold] * len(m.completions)
-            texts += [x.text for x in m.completions]
-            cut += [x.truncated for x in m.completions]
-            sizes.append(len(m.completions))
-        t0 = time.perf_counter()
-        flat = pool.grade_completions(golds, texts, cut)
-        self.stats["grade_seconds"] += time.perf_counter() - t0
-        out, at = [], 0
-        for n in sizes:
-            out.append(flat[at : at + n])
-            at += n
-        return out
-
-    def _record(self, ch: _Chunk, i: int, row: dict, hist: _Histogram, bar) -> None:
-        ch.scored[i] = row
-        ch.todo.discard(i)
-        hist.add(row["n_correct"] or 0)
-        if bar is not None:
-            bar.update(1)
-            el = max(1e-9, time.perf_counter() - self.info.gen_started)
-            bar.set_postfix_str(f"{self.stats['samples'] / el:.1f} samples/s {self.stats['tokens'] / el:.0f} tok/s "
-                                f"pass counts {hist.text()}", refresh=False)
-
-    def _next_round(self, ch: _Chunk, i: int, comps: list[Completion], outs: list[str]):
-        """Sequential: add a round's samples; queue the next round, or return everything drawn once it stops."""
-        prev_c, prev_o, rounds = ch.drawn.get(i, ([], [], 0))
-        all_c, all_o, rounds = prev_c + comps, prev_o + outs, rounds + 1
-        more, reason, dec = next_round(sum(o == "correct" for o in all_o), len(all_o), self.cfg.sampling.k,
-                                       self.cfg.sequential, self._prior)
-        if more:
-            ch.drawn[i] = (all_c, all_o, rounds)
-            self._next_rounds.put(dataclasses.replace(ch.requests[i], first=len(all_o), n=more))
-            return None
-        ch.drawn.pop(i, None)
-        with self._lock:
-            self._open -= 1
-        return all_c, all_o, rounds, reason, list(dec.masses) if dec is not None else None
-
-    def _score(self, ch: _Chunk, i: int, comps: list[Completion], outs: list[str], rounds: int | None = None,
-               stop_reason: str | None = None, bucket_masses: list[float] | None = None) -> dict:
-        s = self.cfg.sampling
-        correct = [o == "correct" for o in outs]
-        n_graded = sum(o in ("correct", "wrong", "no_answer") for o in outs)  # definite verdicts
-        n_correct = sum(correct)
-        # every sample counts: a timeout or crash is a failure (verl and Open-R1 score them 0), kept by its label
-        n = len(outs)
-        lo, hi = wilson(n_correct, n)
-        if self.cfg.keep_responses:
-            pid = ch.table["id"][i].as_py()
-            ch.responses += [
-                {"id": pid, "sample": j, "text": x.text, "response_tokens": x.n_tokens, "finish_reason": x.finish_reason,
-                 "outcome": o}
-                for j, (x, o) in enumerate(zip(comps, outs, strict=True))
-            ]
-        for o in outs:
-            self.stats["outcome/" + o] += 1
-        assert self.sampler is not None
-        return {
-            "model": self.info.model, "model_revision": self.info.revision, "backend": self.sampler.backend,
-            "template": self.cfg.template, "k": n, "temperature": s.temperature, "top_p": s.top_p,
-            "max_tokens": s.max_tokens, "seed": s.seed, "n_correct": n_correct, "n_graded": n_graded,
-            "pass_rate": n_correct / n, "correct": correct, "pass_rate_low": lo, "pass_rate_high": hi,
-            "outcomes": outs, "response_tokens": [x.n_tokens for x in comps], "truncated": [x.truncated for x in comps],
-            "prompt_tokens": ch.prompt_tokens.get(i), "grader_version": GRADER_VERSION,
-            "rounds": rounds, "stop_reason": stop_reason, "bucket_masses": bucket_masses,
-            "answers": [final_answer(x.text) for x in comps],
-        }
-
-    def _write_chunk(self, ch: _Chunk) -> None:
-        name = f"part_{ch.index:06d}.parquet"
-        keep = sorted(ch.scored)
-        rej = sorted(ch.rejected)
-        if ch.responses:
-            write_table_atomic(pa.Table.from_pylist(ch.responses, schema=RESPONSE_SCHEMA), self.out / "responses" / name)
-        if rej:
-            t = ch.table.take(pa.array(rej, pa.int64()))
-            t = conform({n: t[n] for n in t.column_names if n in SCHEMA.names}, len(rej))
-            rt = reject_table(t, STAGE, [ch.rejected[i][0] for i in rej], [ch.rejected[i][1] for i in rej])
-            write_table_atomic(rt, self.out / "rejected" / name)
-        t = ch.table.take(pa.array(keep, pa.int64()))
-        cols = {n: t[n] for n in t.column_names if n in SCHEMA.names}
-        for col in DIFFICULTY_COLUMNS:
-            cols[col] = pa.array([ch.scored[i][col] for i in keep], SCHEMA.field(col).type)
-        kept = conform(cols, len(keep))
-        write_table_atomic(kept, self.out / "kept" / name)  # last: a kept part on disk marks the chunk finished
-        if self.store is not None:
-            fresh = [j for j, i in enumerate(keep) if i not in ch.from_store]
-            self.store.append(kept.take(pa.array(fresh, pa.int64())))
 
     # ---- the manifest ---------------------------------------------------------------------------------
     def _sequential_stats(self, t: pa.Table | None) -> dict:
@@ -848,14 +545,6 @@ def _ends_report(correct: list[list[bool]], base: int) -> dict:
     full = [c for c in correct if len(c) >= base and all(c[:base])]
     return {"base_samples": base, "none_correct_at_base": len(zero), "of_them_solved_later": sum(any(c) for c in zero),
             "all_correct_at_base": len(full), "of_them_failed_later": sum(not all(c) for c in full)}
-
-
-def _progress_bar(total: int, enabled: bool):
-    if not enabled:
-        return None
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, unit="problem", desc="estimate", dynamic_ncols=True)
 
 
 def estimate(inputs: list[Path], out: Path, cfg: EstimateConfig, sampler: Sampler | None = None, force: bool = False,

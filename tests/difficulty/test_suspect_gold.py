@@ -61,7 +61,7 @@ def test_changed_golds_are_flagged_by_the_samples_consensus(real_data, tmp_path)
 
 
 def test_a_split_vote_or_too_few_is_not_a_consensus(real_data, tmp_path):
-    from curate.difficulty.estimate import consensus
+    from curate.difficulty.suspect import consensus
     from curate.difficulty.grading import GradingPool
 
     with GradingPool(1) as pool:
@@ -82,7 +82,7 @@ def test_a_split_vote_or_too_few_is_not_a_consensus(real_data, tmp_path):
 def test_recall_on_a_runs_own_samples(real_data, tmp_path):
     """Each row with a correct sample, its correct samples read as wrong: flagged when one answer then holds at least
     max(3, half) of the samples."""
-    from curate.difficulty.estimate import suspect_recall
+    from curate.difficulty.suspect import suspect_recall
     from curate.difficulty.grading import GradingPool
 
     rows = [  # (answers, outcomes)
