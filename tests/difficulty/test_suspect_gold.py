@@ -61,8 +61,8 @@ def test_changed_golds_are_flagged_by_the_samples_consensus(real_data, tmp_path)
 
 
 def test_a_split_vote_or_too_few_is_not_a_consensus(real_data, tmp_path):
-    from curate.difficulty.suspect import consensus
     from curate.difficulty.grading import GradingPool
+    from curate.difficulty.suspect import consensus
 
     with GradingPool(1) as pool:
         # 2 of 4 agree: under the minimum of 3
@@ -82,8 +82,8 @@ def test_a_split_vote_or_too_few_is_not_a_consensus(real_data, tmp_path):
 def test_recall_on_a_runs_own_samples(real_data, tmp_path):
     """Each row with a correct sample, its correct samples read as wrong: flagged when one answer then holds at least
     max(3, half) of the samples."""
-    from curate.difficulty.suspect import suspect_recall
     from curate.difficulty.grading import GradingPool
+    from curate.difficulty.suspect import suspect_recall
 
     rows = [  # (answers, outcomes)
         (["7"] * 6 + ["1", "12", None, None], ["correct"] * 6 + ["wrong"] * 2 + ["no_answer"] * 2),  # 6 >= 5: caught
