@@ -3,6 +3,9 @@
 
     write_card("runs/demo")                 # README.md, card.json, plots/*.png into the folder
     load_card("runs/demo")                  # the card.json written there, or built from the folder
+
+One job, in one module of more than 500 lines: the card's text and its figures from recorded stats (plots:
+``data_cards.plots``; terminal view and diff: ``data_cards.view``).
 """
 
 from __future__ import annotations

@@ -21,6 +21,9 @@ A source that fails to load fails its own task (one line, no traceback); the oth
 them and the summary and card name the missing source. A stage that found its complete output ends ``Cached``. A
 bad config is refused before any task runs, a folder with a user's files or one another run holds before Prefect
 starts.
+
+One job, in one module of more than 500 lines: the Prefect flow (its config: ``flows.flow_config``; what each
+task runs: ``flows.tasks``; run folders: ``flows.runs``).
 """
 
 from __future__ import annotations
@@ -28,282 +31,17 @@ from __future__ import annotations
 import json
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from curate.core.config import ConfigError, check_choice, check_keys, coerce, from_dict, load_file, type_hints
 from curate.core.errors import GradusError, SourceError
 from curate.core.shards import write_text_atomic
-from curate.difficulty.estimate import EstimateConfig
-from curate.pipeline import STAGE_FOLDERS as CURATION_FOLDERS
-from curate.pipeline import CurateConfig
-from curate.select.export import ExportConfig
+from flows import tasks as work
+from flows.flow_config import DEMO_CONFIG, DIFFICULTY_FOLDER, EXPORT_FOLDER, TRAIN_FOLDER, FlowConfig
 from flows.runs import FlowFolderError, FlowLock, claim, point_latest, previous_run, run_dir, settle_crashed
-from rl_stage.trainer import TrainConfig
-
-RUNNERS = ("local", "ray")
-
-
-@dataclass(frozen=True)
-class CardConfig:
-    name: str | None = None  # the cards' title (the run's and the export's); default: the sources, "gradus: math, aime"
-
-DEMO_CONFIG = Path(__file__).resolve().parent / "demo.toml"  # the bundled demo (``gradus demo``)
-STAGE_FOLDERS = (*CURATION_FOLDERS, "5_difficulty", "6_export")  # the pipeline's stages, then scoring and export
-
-
-@dataclass(frozen=True)
-class FlowConfig:
-    curate: CurateConfig
-    difficulty: EstimateConfig | None = None  # None: no difficulty estimation (and no export)
-    export: ExportConfig | None = None  # None: no export
-    train: TrainConfig | None = None  # None: no training; else `gradus train` on the run's export (data and out set here)
-    card: bool | CardConfig = True  # the run's data card, published as a Prefect artifact; a table names it: {name = ...}
-    runner: str = "local"  # local (threads in this process) | ray (prefect-ray's RayTaskRunner)
-    ray_address: str | None = None  # runner ray: a cluster address; None: a local Ray instance
-    estimate_workers: int = 1  # runner ray: difficulty split by chunk across this many workers, an engine each
-    gpus_per_worker: float | None = None  # GPUs each estimation worker asks Ray for; None: 1 if the cluster has GPUs
-    sampler_retries: int = 2  # retries of the difficulty task (an engine or a server that fell over)
-    retry_delays_s: tuple[int, ...] = field(default=(10, 60))  # backoff between those retries
-
-    def __post_init__(self) -> None:
-        check_choice("runner", self.runner, RUNNERS)
-        if self.export is not None and self.difficulty is None:
-            raise ConfigError("export: needs a difficulty section (exports select by pass rate)")
-        if self.train is not None and (self.export is None or self.export.format != "parquet"):
-            raise ConfigError("train: needs a parquet export section (the trainer reads the run's export)")
-        if self.train is not None and self.train.data:
-            raise ConfigError("train.data: set by the flow (the run's export); leave it out")
-        if self.sampler_retries < 0:
-            raise ConfigError("sampler_retries must be >= 0")
-        if self.estimate_workers < 1:
-            raise ConfigError("estimate_workers must be >= 1")
-        if self.estimate_workers > 1 and self.runner != "ray":
-            raise ConfigError(f"estimate_workers = {self.estimate_workers} needs runner = \"ray\" (an engine per worker "
-                              "process); the local runner estimates in one process")
-        if self.gpus_per_worker is not None and self.gpus_per_worker < 0:
-            raise ConfigError("gpus_per_worker must be >= 0")
-
-    @classmethod
-    def from_dict(cls, d: dict, base_dir: Path | None = None) -> FlowConfig:
-        rest_keys = ("card", "runner", "ray_address", "estimate_workers", "gpus_per_worker", "sampler_retries",
-                     "retry_delays_s")
-        flow_keys = {"difficulty", "export", "train", *rest_keys}
-        check_keys(d, {"sources", "filters", "decontam", "dedup"} | flow_keys, "config")
-        cur = CurateConfig.from_dict({k: v for k, v in d.items() if k not in flow_keys}, base_dir)
-        diff = from_dict(EstimateConfig, d["difficulty"], "difficulty", base_dir) if d.get("difficulty") is not None else None
-        exp = from_dict(ExportConfig, d["export"], "export", base_dir) if d.get("export") is not None else None
-        train = from_dict(TrainConfig, d["train"], "train", base_dir) if d.get("train") is not None else None
-        hints = type_hints(cls)  # type: ignore[arg-type]  # the top-level settings checked by the stage configs' own loader
-        rest = {k: coerce(d[k], hints[k], k) for k in rest_keys if k in d}
-        try:
-            return cls(cur, diff, exp, train, **rest)
-        except TypeError as e:
-            raise ConfigError(f"config: {e}") from e
-
-    @classmethod
-    def load(cls, path: str | Path) -> FlowConfig:
-        return cls.from_dict(load_file(path), base_dir=Path(path).resolve().parent)
-
-    @property
-    def card_name(self) -> str | None:
-        return self.card.name if isinstance(self.card, CardConfig) else None
-
-    def local_sources(self) -> list[str]:
-        """The specs of the sources that read files here (an output folder may not lie inside one)."""
-        return [s.spec for s in self.curate.sources]
-
-    def plan(self) -> list[str]:
-        """What the flow will do, one line a step; checks sources and benchmarks first (raises on a problem)."""
-        if self.runner == "ray":
-            import importlib.util
-
-            if importlib.util.find_spec("prefect_ray") is None:
-                raise ConfigError("runner ray needs prefect-ray and ray: pip install prefect-ray")
-        steps = self.curate.check()
-        if self.difficulty is not None:
-            s = self.difficulty.sampling
-            q = self.difficulty.sequential
-            ks = (f"adaptive k={q.k_first}+{q.k_step}..{q.k_max} (delta {q.delta})" if q.adaptive else f"k={s.k}") + (
-                f", ends resampled up to {q.k_max}" if q.resample_ends else "")
-            steps.append(f"difficulty: {self.difficulty.model or 'bundled SmolLM2'} on {self.difficulty.backend}, {ks}, "
-                         f"T={s.temperature}, {s.max_tokens} tokens" + (f", first {self.difficulty.limit} rows"
-                                                                        if self.difficulty.limit else "")
-                         + (f", split across {self.estimate_workers} workers" if self.estimate_workers > 1 else ""))
-        if self.export is not None:
-            steps.append(f"export: {self.export.format}, target {self.export.target}"
-                         + (", curriculum stages" if self.export.curriculum else ""))
-        if self.train is not None:
-            t = self.train
-            steps.append(f"train: {t.preset} on the export, {t.steps} steps of {t.prompts_per_step} prompts x {t.group_size}, "
-                         f"{t.rollout_backend} rollouts, model {t.model or 'bundled SmolLM2'}")
-        if self.card:
-            steps.append("card")
-        return steps
-
+from flows.tasks import train_artifact
 
 # --------------------------------------------------------------------------------------------- the tasks
 # Plain functions first (testable and reusable without Prefect), wrapped as tasks in ``build_flow``.
-def _ingest(spec: dict, out: str) -> dict:
-    from curate.pipeline import ingest
-
-    m = ingest(spec["spec"], Path(out), spec.get("format"), spec.get("adapter"), spec.get("mapping"), spec.get("name"),
-               revision=spec.get("revision"))
-    return {"folder": out, "rows_in": m.rows_in, "rows_kept": m.rows_kept, "skipped": m.skipped,
-            **({"revision": m.inputs[0]["revision"]} if m.inputs[0].get("revision") else {})}
-
-
-def _stage(kind: str, inputs: list[str], out: str, cfg) -> dict:
-    from curate.pipeline import STAGES
-
-    m = next(s for s in STAGES if s.name == kind).run([Path(x) for x in inputs], Path(out), cfg)
-    return {"folder": out, "rows_in": m.rows_in, "rows_kept": m.rows_kept, "skipped": m.skipped,
-            "removed": m.rejected_by_reason}
-
-
-def _dedup_jobs(inputs: list[str], out: str, cfg) -> list:
-    """Claim the dedup folder and list its per-shard jobs (none when it is complete)."""
-    from curate.pipeline import dedup_shard_jobs
-
-    return dedup_shard_jobs([Path(x) for x in inputs], Path(out), cfg) or []
-
-
-def _dedup_ids(job) -> int:
-    """One input shard's content ids, golds and text hashes, sorted (``curate.clean.dedup_disk.shard_ids``)."""
-    from curate.clean.dedup_disk import shard_ids
-
-    return shard_ids(job)
-
-
-def _dedup_groups(jobs: list) -> int:
-    """The exact groups, and per shard the rows no signature is needed for (``curate.clean.dedup_disk.prepare``)."""
-    from curate.clean.dedup_disk import prepare
-
-    return int(prepare(jobs, Path(jobs[0].work), jobs[0].cfg).stands_in.sum())
-
-
-def _dedup_shard(job) -> int:
-    """One input shard's signatures, features and band files (``curate.clean.dedup_disk.shard_work``)."""
-    from curate.clean.dedup_disk import shard_work
-
-    return shard_work(job)[0]
-
-
-def _difficulty_summary(m, out: str, **extra) -> dict:
-    """What a difficulty task hands on: counts, and this run's samples (none when the stage was already complete)."""
-    this_run = {} if m.skipped else (m.stats.get("this_run") or {})
-    return {"folder": out, "rows_in": m.rows_in, "rows_kept": m.rows_kept, "skipped": m.skipped,
-            "samples": this_run.get("samples", 0), "rows_from_store": this_run.get("store_hits", 0), **extra}
-
-
-def _difficulty(inputs: list[str], out: str, cfg: EstimateConfig, progress: bool = False) -> dict:
-    from curate.difficulty.estimate import estimate
-
-    return _difficulty_summary(estimate([Path(x) for x in inputs], Path(out), cfg, progress=progress), out)
-
-
-def _difficulty_begin(inputs: list[str], out: str, cfg: EstimateConfig) -> dict | None:
-    """Claim the folder of a shared estimation; the finished stage's summary if there is nothing to do."""
-    from curate.difficulty.estimate import Estimator
-
-    m = Estimator([Path(x) for x in inputs], Path(out), cfg, progress=False).begin()
-    return None if m is None else _difficulty_summary(m, out)
-
-
-def _difficulty_share(inputs: list[str], out: str, cfg: EstimateConfig, worker: int, workers: int) -> dict:
-    from curate.difficulty.estimate import Estimator
-
-    return Estimator([Path(x) for x in inputs], Path(out), cfg, progress=False).run_share(worker, workers)
-
-
-def _difficulty_finish(inputs: list[str], out: str, cfg: EstimateConfig, shares: list[dict]) -> dict:
-    from curate.difficulty.estimate import Estimator
-
-    m = Estimator([Path(x) for x in inputs], Path(out), cfg, progress=False).finish_shares(shares)
-    return _difficulty_summary(m, out, workers=len(shares))
-
-
-def _export(inputs: list[str], out: str, cfg: ExportConfig, card_name: str | None = None) -> dict:
-    from curate.select.export import export
-
-    m = export([Path(x) for x in inputs], Path(out), cfg)
-    if cfg.card:  # the export's own card, the one to publish with its data (named from the config's card.name)
-        from data_cards.render import write_card
-
-        write_card(Path(out), name=card_name)
-    return {"folder": out, "rows_in": m.rows_in, "rows_kept": m.rows_kept, "skipped": m.skipped}
-
-
-def _train(export: str, root: str, cfg: TrainConfig) -> dict:
-    """``gradus train`` on the run's export, in ``root/<key>``: the key hashes the export's manifest and the training
-    config, so an unchanged export with the same settings finds its finished run (skipped) or resumes an
-    unfinished one from its last checkpoint, and a new export trains anew. Hands on the last step's metrics and
-    the held-out figures before and after."""
-    from dataclasses import replace
-
-    from rl_stage.run_folder import run_key
-    from rl_stage.trainer import Trainer
-
-    out = Path(root) / run_key(Path(export), cfg)
-    done = out / "checkpoints" / f"step_{cfg.steps:06d}" / "trainer_state.pt"
-    skipped = done.exists()
-    if not skipped:
-        Trainer(replace(cfg, data=[export], out=str(out)), resume=(out / "metrics.jsonl").exists()).run(progress=False)
-    lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if x.strip()]
-    trained = [m for m in lines if m.get("step", 0) > 0]
-    evals = [{k: v for k, v in m.items() if k == "step" or k.startswith("eval/")} for m in lines if "eval/prompts" in m]
-    keep = ("step", "reward", "accuracy", "loss", "entropy", "boxed_rate", "response_length", "skipped")
-    return {"folder": str(out), "skipped": skipped, "steps": len(trained),
-            "steps_skipped": sum(1 for m in trained if m.get("skipped")),
-            "last": {k: trained[-1].get(k) for k in keep} if trained else None,
-            "eval_before": evals[0] if evals else None, "eval_after": evals[-1] if len(evals) > 1 else None,
-            "checkpoint": str(done.parent)}
-
-
-def train_artifact(run: Path, inline_limit: int = 400_000) -> str:
-    """A training run's page in the Prefect UI: what ``gradus show`` prints for it, and its plot inline."""
-    import base64
-
-    from rl_stage.online import summary_lines
-
-    text = "```\n" + "\n".join(summary_lines(run)) + "\n```\n"
-    plot = Path(run) / "plots" / "training.png"
-    if plot.is_file() and plot.stat().st_size <= inline_limit:
-        text += f"\n![training](data:image/png;base64,{base64.b64encode(plot.read_bytes()).decode()})\n"
-    return text
-
-
-def _card(stages: Path, run: Path, previous: Path | None, missing: list[dict], failed: dict[str, str],
-          ran: list[str | Path], name: str | None = None) -> dict:
-    """The run's card over the stage folders this run produced (``ran``), with what could not be read or made named
-    first thing after its title, and the diff against the previous run's card."""
-    from data_cards.render import write_card
-    from data_cards.view import diff_cards, diff_text
-
-    readme = write_card(stages, run / "card", only=ran, name=name)
-    notes = []
-    if missing:  # the card of a run with a source that failed to load says so
-        shown = [Path(m["source"]).name if Path(m["source"]).is_absolute() else m["source"] for m in missing]
-        notes.append("> **Missing sources.** This run could not read: " + "; ".join(
-            f"`{s}` ({m['error'][:300]})" for s, m in zip(shown, missing, strict=True))
-            + ". The rest of the card is without them.")
-    for stage, msg in failed.items():
-        notes.append(f"> **No {stage}.** The {stage} stage of this run failed: {msg[:500]}. The card describes the "
-                     "stages before it.")
-    if notes:
-        card = json.loads((run / "card" / "card.json").read_text())
-        card["missing_sources"], card["failed_stages"] = missing, failed
-        write_text_atomic(run / "card" / "card.json", json.dumps(card, indent=2, default=str) + "\n")
-        text = readme.read_text()
-        note = "\n" + "\n\n".join(notes) + "\n"
-        head, sep, body = text.partition("\n## ")
-        write_text_atomic(readme, head + note + sep + body if sep else text + note)
-    out = {"card": str(readme)}
-    if previous is not None and (previous / "card" / "card.json").is_file():
-        text = diff_text(diff_cards(previous / "card", run / "card"))
-        write_text_atomic(run / "card_diff.txt", text + "\n")
-        out["diff"] = text
-    return out
 
 
 SKIPPED = "unchanged (inputs, config and code as the stage's manifest records them): skipped"
@@ -440,13 +178,13 @@ def build_flow(cfg: FlowConfig, api_url: str | None = None, progress: bool = Fal
         return task(_task(fn, source), name=name, cache_policy=NO_CACHE, **kw)
 
     retry = {"retries": cfg.sampler_retries, "retry_delay_seconds": list(cfg.retry_delays_s)}
-    tasks = {"ingest": t(_ingest, "ingest", source=True), "stage": t(_stage, "stage"),
-             "dedup_jobs": t(_dedup_jobs, "dedup shards"), "dedup_ids": t(_dedup_ids, "dedup ids"),
-             "dedup_groups": t(_dedup_groups, "dedup groups"), "dedup_shard": t(_dedup_shard, "dedup shard"),
-             "difficulty": t(_difficulty, "difficulty", **retry), "begin": t(_difficulty_begin, "difficulty begin"),
-             "share": t(_difficulty_share, "difficulty share", **retry),
-             "finish": t(_difficulty_finish, "difficulty finish"), "export": t(_export, "export"),
-             "card": t(_card, "card"), "train": t(_train, "train")}
+    tasks = {"ingest": t(work.ingest, "ingest", source=True), "stage": t(work.stage, "stage"),
+             "dedup_jobs": t(work.dedup_jobs, "dedup shards"), "dedup_ids": t(work.dedup_ids, "dedup ids"),
+             "dedup_groups": t(work.dedup_groups, "dedup groups"), "dedup_shard": t(work.dedup_shard, "dedup shard"),
+             "difficulty": t(work.difficulty, "difficulty", **retry), "begin": t(work.difficulty_begin, "difficulty begin"),
+             "share": t(work.difficulty_share, "difficulty share", **retry),
+             "finish": t(work.difficulty_finish, "difficulty finish"), "export": t(work.export, "export"),
+             "card": t(work.card, "card"), "train": t(work.train, "train")}
 
     if cfg.runner == "ray":
         from prefect_ray import RayTaskRunner
@@ -595,7 +333,7 @@ def _difficulty_export_train(cfg: FlowConfig, tasks: dict, stages: Path, last: l
 
     from curate.select.curriculum import SelectionError
 
-    folder = str(stages / "5_difficulty")
+    folder = str(stages / DIFFICULTY_FOLDER)
     if cfg.estimate_workers == 1:
         r = tasks["difficulty"].submit(last, folder, cfg.difficulty, progress).result()
     else:
@@ -606,7 +344,7 @@ def _difficulty_export_train(cfg: FlowConfig, tasks: dict, stages: Path, last: l
     if cfg.export is None:
         return
     try:
-        r = tasks["export"].submit([r["folder"]], str(stages / "6_export"), cfg.export, cfg.card_name).result()
+        r = tasks["export"].submit([r["folder"]], str(stages / EXPORT_FOLDER), cfg.export, cfg.card_name).result()
     except SelectionError as e:
         summary["failed_stages"]["export"] = e.in_config()
         log.error("export: %s", e.in_config())
@@ -614,7 +352,7 @@ def _difficulty_export_train(cfg: FlowConfig, tasks: dict, stages: Path, last: l
     summary["stages"]["export"] = r
     ran.append(r["folder"])
     if cfg.train is not None:  # the mission's "feed the trainer", as the pipeline's last task
-        summary["train"] = tasks["train"].submit(str(stages / "6_export"), str(stages / "7_train"), cfg.train).result()
+        summary["train"] = tasks["train"].submit(str(stages / EXPORT_FOLDER), str(stages / TRAIN_FOLDER), cfg.train).result()
         log.info("train: %s", summary["train"]["last"])
         create_markdown_artifact(train_artifact(Path(summary["train"]["folder"])), key=artifact_key(root, "train"),
                                  description=f"the training run on the export of run {run.name}")

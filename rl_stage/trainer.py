@@ -22,6 +22,9 @@ One step:
 
 Settings and their sources: ``rl_stage.config.TrainConfig``; the run folder's rules: ``rl_stage.run_folder``;
 several ranks under torchrun: ``rl_stage.distributed``; checkpoints: ``rl_stage.checkpoint``.
+
+One job, in one module of more than 500 lines: the step loop and what it counts (rollouts: ``rl_stage.rollout``;
+the update: ``rl_stage.update``; screening: ``rl_stage.screening``; checkpoints: ``rl_stage.checkpoint``).
 """
 
 from __future__ import annotations

@@ -32,6 +32,8 @@ order; ``rare_loop`` the same canonical text): tests hold them equal on real tex
 compiled on first use in each process (``compiled``) and cached on disk by numba, so a worker process loads
 them instead of compiling again; importing this module does not import numba, and only a worker process of a pool,
 or dedup's fork server, ever does (``compiled``).
+
+One job, in one module of more than 500 lines: the compiled loops, each beside the plain path it must match.
 """
 
 from __future__ import annotations

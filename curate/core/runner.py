@@ -5,6 +5,9 @@ write), skip when a complete output of the same identity is there (shard hashes 
 or resume of finished parts, conservation against the upstream manifests, and the manifest written last.
 A ``shards`` stage is a function that receives a ``StageRun`` and calls ``run.emit(kept, rejected)`` per
 batch; ``parts`` (estimation) and ``folder`` (export) stages call ``begin`` and ``finish`` themselves.
+
+One job, in one module of more than 500 lines: the contract every stage runs under (its checks share the
+manifest, the identity and the folder rules).
 """
 
 from __future__ import annotations

@@ -20,6 +20,9 @@ temperature and use the pass rate as the difficulty (lower = harder). This modul
   grader) lets later runs copy scores instead of sampling again.
 
     gradus estimate runs/demo/4_dedup --out runs/demo/5_difficulty --backend vllm --k 10 --temperature 1.0
+
+One job, in one module of more than 500 lines: the run (setup, the engine thread, shares and the manifest;
+the grader thread: ``curate.difficulty.grader_thread``; chunks: ``curate.difficulty.chunks``).
 """
 
 from __future__ import annotations

@@ -11,6 +11,10 @@ Gold answers are wrapped in ``$...$`` and count as parseable when math-verify re
 (not only its string fallback). Results are memoized by their exact input strings.
 
     python -c "from curate.difficulty import GradingPool; print(GradingPool(1).parse_gold(['\\\\frac12', '\\\\frac{1}{']))"
+
+One job, in one module of more than 500 lines: a verdict per (gold, response); the worker-process pool is
+here because it exists only to run math-verify under hard timeouts (extraction: ``curate.difficulty.extraction``;
+the verdict store: ``curate.difficulty.verdicts``).
 """
 
 from __future__ import annotations

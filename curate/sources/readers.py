@@ -10,6 +10,9 @@ become JSON text) plus two bookkeeping columns:
 Fast path: pyarrow's streaming JSON/CSV readers and Parquet ``iter_batches``. If the fast path cannot
 read a file (invalid UTF-8, a malformed line, a column whose type changes between rows), the file is
 read again line by line in Python, and each bad line becomes a row with ``_bad`` set.
+
+One job, in one module of more than 500 lines: reading every source format into the same streamed batches (the
+formats share the batching, the bookkeeping columns and the error rules).
 """
 
 from __future__ import annotations

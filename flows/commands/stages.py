@@ -144,18 +144,19 @@ def _run_flow(cfg, out: Path, progress: bool = False) -> None:
     for stage, msg in s.get("failed_stages", {}).items():
         print(f"  {stage} failed: {msg}")
     from curate.core.manifest import Manifest
+    from flows.flow_config import DIFFICULTY_FOLDER, EXPORT_FOLDER
 
     stages = out / "stages"
     if "difficulty" in s["stages"] and not s["all_skipped"]:
-        m = Manifest.load(stages / "5_difficulty")
+        m = Manifest.load(stages / DIFFICULTY_FOLDER)
         m.skipped = bool(s["stages"]["difficulty"].get("skipped"))
         print()
-        _print_estimate(m, stages / "5_difficulty")
+        _print_estimate(m, stages / DIFFICULTY_FOLDER)
     if "export" in s["stages"] and not s["all_skipped"]:
-        m = Manifest.load(stages / "6_export")
+        m = Manifest.load(stages / EXPORT_FOLDER)
         m.skipped = bool(s["stages"]["export"].get("skipped"))
         print()
-        _print_export(m, stages / "6_export")
+        _print_export(m, stages / EXPORT_FOLDER)
     if s.get("card"):
         from data_cards.render import load_card
         from data_cards.view import show_text
@@ -166,8 +167,8 @@ def _run_flow(cfg, out: Path, progress: bool = False) -> None:
             print(show_text(load_card(card)))
         print(f"data card: {out / 'latest' / 'card' / 'README.md'} (plots in {out / 'latest' / 'card' / 'plots'})")
     print(f"run record: {out / 'latest'} (summary.json, card/, card_diff.txt); stage outputs: {stages}")
-    if "export" in s["stages"] and (stages / "6_export" / "manifest.json").exists() and "train" not in s:
-        fmt = Manifest.load(stages / "6_export").stats.get("format")
+    if "export" in s["stages"] and (stages / EXPORT_FOLDER / "manifest.json").exists() and "train" not in s:
+        fmt = Manifest.load(stages / EXPORT_FOLDER).stats.get("format")
         if fmt == "parquet":
             print(f"train on it: gradus train --data {stages / '6_export'} --out {out / 'train'} --steps 10 "
                   "--prompts-per-step 4 --max-tokens 128")
