@@ -4,16 +4,12 @@ streaming ``Sampler`` interface every engine implements, and the CPU threads an 
 from __future__ import annotations
 
 import hashlib
-import logging
 import os
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from curate.core.errors import GradusError
-
-log = logging.getLogger("curate.difficulty.engines")
-
 
 BACKENDS = ("vllm", "hf", "openai")
 

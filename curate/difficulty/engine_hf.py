@@ -3,7 +3,6 @@ problems per call, seeded per problem."""
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Iterable, Iterator
 
@@ -18,8 +17,6 @@ from curate.difficulty.engine_base import (
     pull_requests,
     sample_seed,
 )
-
-log = logging.getLogger("curate.difficulty.engines")
 
 
 class HFSampler(Sampler):

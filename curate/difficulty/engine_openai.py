@@ -5,7 +5,6 @@ serve``, providers), a bounded number of requests in flight on a thread pool, re
 from __future__ import annotations
 
 import json
-import logging
 import os
 import random
 import time
@@ -23,8 +22,6 @@ from curate.difficulty.engine_base import (
     pull_requests,
     sample_seed,
 )
-
-log = logging.getLogger("curate.difficulty.engines")
 
 
 class OpenAISampler(Sampler):

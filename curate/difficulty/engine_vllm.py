@@ -21,7 +21,7 @@ from curate.difficulty.engine_base import (
     sample_seed,
 )
 
-log = logging.getLogger("curate.difficulty.engines")
+log = logging.getLogger(__name__)
 
 
 class VLLMSampler(Sampler):
