@@ -80,7 +80,7 @@ def main() -> None:
     from curate.clean.filters import FilterConfig
     from curate.core.shards import read_table
     from curate.difficulty.adaptive import BUCKETS, AdaptiveConfig, observed_bucket
-    from curate.difficulty.engines import SamplingConfig, make_sampler
+    from curate.difficulty.engines import SamplingConfig, make_engine
     from curate.difficulty.estimate import EstimateConfig, estimate, wilson
     from curate.pipeline import filter_stage, ingest
 
@@ -100,7 +100,7 @@ def main() -> None:
     base = SamplingConfig(k=a.k, temperature=a.temperature, max_tokens=a.max_tokens, seed=0)
     kwargs = {"batch_prompts": a.batch_prompts} if backend == "hf" else {}
     t0 = time.perf_counter()
-    sampler = make_sampler(backend, a.model, base, **kwargs)
+    sampler = make_engine(backend, a.model, base, **kwargs)
     fig: dict = {"backend": backend, "model": sampler.model_name, "template": a.template, "temperature": a.temperature,
                  "max_tokens": a.max_tokens, "k": a.k, "k_ref": a.k_ref, "delta": a.delta,
                  "engine_start_s": round(time.perf_counter() - t0, 1)}
@@ -118,7 +118,7 @@ def main() -> None:
                              sampling=dataclasses.replace(base, k=k, seed=seed), sequential=seq)
         sampler.cfg = cfg.sampling  # one engine for the three runs; each run's k and seed
         t0 = time.perf_counter()
-        m = estimate([tmp / "flt"], tmp / name, cfg, sampler=sampler, progress=False)
+        m = estimate([tmp / "flt"], tmp / name, cfg, engine=sampler, progress=False)
         rows = read_table(tmp / name / "kept", columns=["id", "level", "n_correct", "k", "bucket_masses"]).to_pylist()
         tables[name] = {r["id"]: r for r in rows}
         samples = sum(r["k"] for r in rows)

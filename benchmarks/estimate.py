@@ -34,7 +34,7 @@ def main() -> None:
     a = ap.parse_args()
 
     from curate.difficulty import templates
-    from curate.difficulty.engines import GenRequest, HFSampler, SamplingConfig, VLLMSampler, sample_seed
+    from curate.difficulty.engines import GenRequest, HFEngine, SamplingConfig, VLLMEngine, sample_seed
     from curate.difficulty.estimate import EstimateConfig, estimate
     from curate.difficulty.grading import GradingPool
     from curate.difficulty.models import resolve_model
@@ -49,7 +49,7 @@ def main() -> None:
                      "model": name, "cpus": os.cpu_count()}
 
     t0 = time.perf_counter()
-    vs = VLLMSampler(path, cfg, model_name=name)
+    vs = VLLMEngine(path, cfg, model_name=name)
     figures["vllm_start_s"] = round(time.perf_counter() - t0, 1)
     import pyarrow.parquet as pq
     from vllm import SamplingParams
@@ -71,7 +71,7 @@ def main() -> None:
     # (b) estimator end to end, same engine
     ecfg = EstimateConfig(model=path, backend="vllm", template="chat", sampling=cfg, keep_responses=True, store=None)
     t0 = time.perf_counter()
-    m = estimate([tmp / "in"], tmp / "est", ecfg, sampler=vs, progress=False)
+    m = estimate([tmp / "in"], tmp / "est", ecfg, engine=vs, progress=False)
     est_s = time.perf_counter() - t0
     est_tokens = m.stats["this_run"]["tokens"]
     figures["b_estimator_tokens"] = est_tokens
@@ -110,7 +110,7 @@ def main() -> None:
     import gc
 
     gc.collect()
-    hs = HFSampler(path, cfg, model_name=name)
+    hs = HFEngine(path, cfg, model_name=name)
     sub = [GenRequest(r["id"], "", p, seed_key=r["id"]) for r, p in list(zip(rows, prompts, strict=True))[: a.hf_problems]]
     t0 = time.perf_counter()
     hf_tokens = sum(c.n_tokens for _, comps in hs.stream(sub) for c in comps)

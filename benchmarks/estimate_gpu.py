@@ -65,7 +65,7 @@ def main() -> None:
     from vllm import SamplingParams
 
     from curate.difficulty import templates
-    from curate.difficulty.engines import SamplingConfig, VLLMSampler, sample_seed
+    from curate.difficulty.engines import SamplingConfig, VLLMEngine, sample_seed
     from curate.difficulty.estimate import EstimateConfig, estimate
     from curate.difficulty.models import resolve_model
     from curate.pipeline import ingest
@@ -80,7 +80,7 @@ def main() -> None:
     fig = {"gpu": torch.cuda.get_device_name(0), "model": name, "random_init": a.random_init, "problems": a.problems,
            "k": a.k, "max_tokens": a.max_tokens}
     t0 = time.perf_counter()
-    vs = VLLMSampler(path, cfg, model_name=name, dtype="bfloat16", max_inflight=max(64, a.problems))
+    vs = VLLMEngine(path, cfg, model_name=name, dtype="bfloat16", max_inflight=max(64, a.problems))
     fig["start_s"] = round(time.perf_counter() - t0, 1)
 
     import pyarrow.parquet as pq
@@ -99,7 +99,7 @@ def main() -> None:
 
     ecfg = EstimateConfig(model=path, backend="vllm", template=tmpl, sampling=cfg, store=None, chunk_rows=64)
     t0 = time.perf_counter()
-    m = estimate([tmp / "in"], tmp / "est", ecfg, sampler=vs, progress=False)
+    m = estimate([tmp / "in"], tmp / "est", ecfg, engine=vs, progress=False)
     dt = time.perf_counter() - t0
     fig["estimator_tokens_per_s"] = round(m.stats["this_run"]["tokens"] / dt, 1)
     fig["estimator_over_raw"] = round(fig["estimator_tokens_per_s"] / fig["raw_tokens_per_s"], 3)

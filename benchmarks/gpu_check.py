@@ -292,7 +292,7 @@ def resume_check(a, tok: str) -> dict:
 
     def rewards(self, groups):  # graded for real, then rewards drawn from the groups' prompts: the same on resume
         r, correct = graded(self, groups)
-        seed = int(hashlib.sha256("".join(p.id for p, _, _ in groups).encode()).hexdigest()[:8], 16)
+        seed = int(hashlib.sha256("".join(g.prompt.id for g in groups).encode()).hexdigest()[:8], 16)
         rng = np.random.default_rng(seed)
         return [rng.choice([-1.0, 1.0], size=len(x)).tolist() for x in r], correct
 

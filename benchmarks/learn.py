@@ -20,7 +20,7 @@ T = 1.0); that cost in completions is reported beside the arms. Arms, on the sam
 - ``uniform``: every prompt alike (one pool, epoch-free uniform draws), no difficulty used;
 - ``kimi``: gradus's curriculum as it was (export ``--curriculum`` without the never- and always-solved rows,
   stages easy to hard over the expected number of steps, Kimi k1.5's ``max(floor, 1 - s)`` weights);
-- ``signal``: the default sampler (``rl_stage.sampler``): Thompson draws where a group carries a signal, the
+- ``signal``: the default sampler (``rl_stage.samplers.signal``): Thompson draws where a group carries a signal, the
   offline estimate as prior;
 - ``signal_flat``: the same with every prompt flat (what the offline estimate adds).
 

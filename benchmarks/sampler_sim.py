@@ -9,7 +9,7 @@ solvable), and sharpens the policy (``--sharpen``: the log-odds scale grows, as 
 and its pass rates go to 0 or 1). Each step runs DAPO's dynamic sampling as the trainer does: rounds of ``--prompts`` prompts,
 groups of G, all-equal groups dropped, at most ``--max-rounds`` rounds, kept groups past the batch dropped.
 
-The real sampler classes are used (``rl_stage.sampler.SignalSampler``, ``rl_stage.data.CurriculumSampler``)
+The real sampler classes are used (``rl_stage.samplers``: ``SignalSampler``, ``CurriculumSampler``)
 on a pool written to a temporary Parquet folder. Printed per arm, over ``--seeds`` seeds: completions per
 trained group, groups trained within the budget, and the final mean true pass rate of the pool.
 
@@ -75,8 +75,7 @@ class _Oracle:
 
 def run_arm(arm: str, a, seed: int) -> dict:
     from rl_stage import screening
-    from rl_stage.data import CurriculumSampler
-    from rl_stage.sampler import SignalSampler
+    from rl_stage.samplers import CurriculumSampler, SignalSampler
 
     rng = np.random.default_rng(seed)
     screen = 0

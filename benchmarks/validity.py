@@ -44,7 +44,7 @@ def main() -> None:
 
     from curate.core.shards import read_table
     from curate.difficulty.adaptive import BUCKETS, AdaptiveConfig, observed_bucket
-    from curate.difficulty.engines import SamplingConfig, make_sampler
+    from curate.difficulty.engines import SamplingConfig, make_engine
     from curate.difficulty.estimate import EstimateConfig, estimate, wilson
     from data_cards.card import spearman
 
@@ -60,7 +60,7 @@ def main() -> None:
                                                "decontam": {"benchmarks": [f"demo={DEMO_BENCHMARK}"]}}), tmp / "cur")
         src = Path(s["final"])
     base = SamplingConfig(k=a.k, temperature=a.temperature, max_tokens=a.max_tokens, seed=0)
-    sampler = make_sampler("vllm", a.model, base)
+    sampler = make_engine("vllm", a.model, base)
     runs = {f"A: k={a.k} seed 0": (0, False), f"B: k={a.k} seed 1": (1, False), "C: adaptive seed 2": (2, True)}
     tables = {}
     figures: dict = {"rows": a.rows, "k": a.k, "temperature": a.temperature, "template": a.template,
@@ -71,7 +71,7 @@ def main() -> None:
                              sampling=dataclasses.replace(base, seed=seed), sequential=seq)
         sampler.cfg = cfg.sampling  # one engine for the three runs; each run's seed
         t0 = time.perf_counter()
-        m = estimate([src], tmp / name[0], cfg, sampler=sampler, progress=False)
+        m = estimate([src], tmp / name[0], cfg, engine=sampler, progress=False)
         t = read_table(tmp / name[0] / "kept", columns=["id", "level", "n_correct", "k", "pass_rate", "bucket_masses", "correct"])
         tables[name[0]] = {r["id"]: r for r in t.to_pylist()}
         ks = [r["k"] for r in tables[name[0]].values()]

@@ -20,12 +20,12 @@ ROOT = Path(__file__).resolve().parent.parent
 def one(a) -> None:
     """Child: sample the problems once and print tokens/s as JSON."""
     from curate.difficulty import templates
-    from curate.difficulty.engines import SamplingConfig, VLLMSampler
+    from curate.difficulty.engines import SamplingConfig, VLLMEngine
     from curate.difficulty.models import resolve_model
     from curate.sources.synthetic import generate
 
     path, name = resolve_model(None)
-    s = VLLMSampler(path, SamplingConfig(k=a.k, temperature=0.7, max_tokens=a.max_tokens, seed=0), model_name=name)
+    s = VLLMEngine(path, SamplingConfig(k=a.k, temperature=0.7, max_tokens=a.max_tokens, seed=0), model_name=name)
     rows = list(generate(a.problems, seed=7, mix="ladder"))
     reqs = [s.prepare(f"p{i}", templates.render("chat", r["problem"], s.tokenizer), False) for i, r in enumerate(rows)]
     t0 = time.perf_counter()

@@ -220,3 +220,27 @@ PRESETS = {
 
 def preset(name: str) -> Preset:
     return lookup(PRESETS, name, "preset")
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    """What a run trains with: its preset with the config's overrides applied (``TrainConfig.resolved``)."""
+
+    advantage: str  # a name in ADVANTAGES
+    aggregation: str  # a name in AGGREGATIONS
+    eps_low: float
+    eps_high: float
+    dual_clip: float | None
+    kl_coef: float
+    dynamic_sampling: bool
+    overlong_shaping: bool
+    overlong_buffer: int
+    mask_truncated: bool
+    wrong_reward: float
+    mini_batches: int
+    dynamic_sampling_metric: str  # "acc" | "reward": what must differ inside a group for it to be kept
+    cite: str  # the preset's source
+
+    def __post_init__(self) -> None:
+        lookup(ADVANTAGES, self.advantage, "advantage estimator")
+        lookup(AGGREGATIONS, self.aggregation, "loss aggregation")

@@ -1,13 +1,16 @@
-"""The trainer's settings: ``TrainConfig`` (every default cites its source), its checks, the preset it resolves to,
-and the prompt sampler it names (``make_sampler``)."""
+"""The trainer's settings: ``TrainConfig`` (every default cites its source), its checks, and the algorithm it resolves
+to (``resolved``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from curate.core.errors import GradusError
+
+if TYPE_CHECKING:  # torch is imported when a run starts, not with this module
+    from rl_stage.algorithms import Algorithm
 
 
 class TrainError(GradusError):
@@ -83,9 +86,9 @@ class TrainConfig:
     # (autocast; FSDP2 bf16 all-gathers, fp32 reduction); master weights and AdamW stay fp32
     gradient_checkpointing: bool | None = None  # None: on GPU only
     max_bad_steps: int = 3  # steps with a non-finite loss or gradient in a row that stop the run (our choice)
-    # prompt sampling (rl_stage.sampler, rl_stage.data)
+    # prompt sampling (rl_stage.samplers)
     sampler: str = "signal"  # prompt sampler: signal | uniform | kimi | stages (docs/trainer.md: prompt sampling)
-    # signal: Thompson draws where a group carries a learning signal, the offline estimate as prior (rl_stage.sampler);
+    # signal: Thompson draws where a group carries a learning signal, the offline estimate as prior (rl_stage.samplers);
     # uniform: one pool, every prompt alike; kimi: Kimi k1.5's easy-to-hard stages with weights max(floor, 1 - s);
     # stages: the export's stages easy to hard, uniform inside each
     prior_strength: float = 4.0  # signal: samples an offline estimate is worth at most (our choice)
@@ -124,29 +127,24 @@ class TrainConfig:
         given = {k: v for k, v in overrides.items() if v is not None}  # command-line paths: relative to the cwd
         return from_dict(cls, {**asdict(from_file), **given}, where="options") if given else from_file
 
-    def resolved(self) -> dict[str, Any]:
-        """The algorithm settings after applying the preset, as a dict."""
-        from rl_stage.algorithms import ADVANTAGES, AGGREGATIONS, lookup, preset
+    def resolved(self) -> Algorithm:
+        """The algorithm after applying the preset: each override given here, else the preset's value."""
+        from rl_stage.algorithms import Algorithm, preset
 
         p = preset(self.preset)
-        d: dict[str, Any] = {
-            "advantage": self.advantage or p.advantage, "aggregation": self.aggregation or p.aggregation,
-            "eps_low": p.eps_low if self.eps_low is None else self.eps_low,
-            "eps_high": p.eps_high if self.eps_high is None else self.eps_high,
-            "dual_clip": p.dual_clip if self.dual_clip is None else self.dual_clip,
-            "kl_coef": p.kl_coef if self.kl_coef is None else self.kl_coef,
-            "dynamic_sampling": p.dynamic_sampling if self.dynamic_sampling is None else self.dynamic_sampling,
-            "overlong_shaping": p.overlong_shaping if self.overlong_shaping is None else self.overlong_shaping,
-            "overlong_buffer": self.overlong_buffer if self.overlong_buffer is not None else max(1, self.max_tokens // 5),
-            "mask_truncated": p.mask_truncated if self.mask_truncated is None else self.mask_truncated,
-            "wrong_reward": p.wrong_reward if self.wrong_reward is None else self.wrong_reward,
-            "mini_batches": p.mini_batches if self.mini_batches is None else self.mini_batches,
-            "dynamic_sampling_metric": self.dynamic_sampling_metric,
-            "cite": p.cite,
-        }
-        lookup(ADVANTAGES, d["advantage"], "advantage estimator")
-        lookup(AGGREGATIONS, d["aggregation"], "loss aggregation")
-        return d
+        return Algorithm(
+            advantage=self.advantage or p.advantage, aggregation=self.aggregation or p.aggregation,
+            eps_low=p.eps_low if self.eps_low is None else self.eps_low,
+            eps_high=p.eps_high if self.eps_high is None else self.eps_high,
+            dual_clip=p.dual_clip if self.dual_clip is None else self.dual_clip,
+            kl_coef=p.kl_coef if self.kl_coef is None else self.kl_coef,
+            dynamic_sampling=p.dynamic_sampling if self.dynamic_sampling is None else self.dynamic_sampling,
+            overlong_shaping=p.overlong_shaping if self.overlong_shaping is None else self.overlong_shaping,
+            overlong_buffer=self.overlong_buffer if self.overlong_buffer is not None else max(1, self.max_tokens // 5),
+            mask_truncated=p.mask_truncated if self.mask_truncated is None else self.mask_truncated,
+            wrong_reward=p.wrong_reward if self.wrong_reward is None else self.wrong_reward,
+            mini_batches=p.mini_batches if self.mini_batches is None else self.mini_batches,
+            dynamic_sampling_metric=self.dynamic_sampling_metric, cite=p.cite)
 
     def check(self) -> None:
         if not self.data:
@@ -189,13 +187,12 @@ class TrainConfig:
             raise TrainError(f"screen_carry must be >= 0 (steps a screened candidate may wait), got {self.screen_carry}")
         if self.short_batch not in ("error", "skip"):
             raise TrainError(f"short_batch must be error or skip, not {self.short_batch!r}")
-        from rl_stage.data import CurriculumSampler
-        from rl_stage.sampler import SIGNALS
+        from rl_stage.samplers import GROUP_SIGNALS, CurriculumSampler
 
         if self.sampler not in SAMPLERS:
             raise TrainError(f"sampler must be one of {', '.join(SAMPLERS)}, not {self.sampler!r}")
-        if self.signal not in ("auto", *SIGNALS):
-            raise TrainError(f"signal must be auto, {' or '.join(SIGNALS)}, not {self.signal!r}")
+        if self.signal not in ("auto", *GROUP_SIGNALS):
+            raise TrainError(f"signal must be auto, {' or '.join(GROUP_SIGNALS)}, not {self.signal!r}")
         if min(self.prior_strength, self.forget_sd, self.drift_sd, self.sharpen_sd) < 0:
             raise TrainError("prior_strength, forget_sd, drift_sd and sharpen_sd must be >= 0")
         if self.budget_completions is not None and self.budget_completions < 1:
@@ -218,22 +215,3 @@ class TrainConfig:
             raise TrainError("logprob_chunk must be >= 0 (0: one pass)")
         if self.rollout_batch_prompts is not None and self.rollout_batch_prompts < 1:
             raise TrainError("rollout_batch_prompts must be >= 1")
-
-
-def make_sampler(cfg: TrainConfig, alg: dict):
-    """The prompt sampler ``cfg.sampler`` names, over ``cfg.data``."""
-    from rl_stage.data import CurriculumSampler
-    from rl_stage.sampler import SignalSampler
-
-    if cfg.sampler == "signal":
-        signal = cfg.signal if cfg.signal != "auto" else ("survival" if alg["dynamic_sampling"] else "variance")
-        return SignalSampler(cfg.data, cfg.group_size, seed=cfg.seed, prior_strength=cfg.prior_strength,
-                             forget_sd=cfg.forget_sd, drift_sd=cfg.drift_sd, sharpen_sd=cfg.sharpen_sd, signal=signal,
-                             use_prior=cfg.offline_prior)
-    s = CurriculumSampler(cfg.data, seed=cfg.seed, stage_steps=None, advance_at=cfg.advance_at,
-                          prioritized=cfg.sampler == "kimi", floor=cfg.weight_floor, mode=cfg.curriculum_sampling,
-                          one_pool=cfg.sampler == "uniform")
-    s.stage_steps = cfg.stage_steps
-    if s.stage_steps is None and len(s.stages) > 1:
-        s.stage_steps = max(1, cfg.steps // len(s.stages))
-    return s

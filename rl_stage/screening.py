@@ -12,7 +12,7 @@ the screening completions are part of the group. gradus decides from the sampler
 - ``1 - E[p^(G - s)]`` when it is all right (c = s),
 
 the expectation over the posterior pass rate p of the prompt. The signal sampler's posterior is its log-odds belief
-(``rl_stage.sampler``), updated with the screen; samplers without a belief (uniform, kimi, stages) use the screen
+(``rl_stage.samplers.signal``), updated with the screen; samplers without a belief (uniform, kimi, stages) use the screen
 alone under a flat prior, Beta(1 + c, 1 + s - c), where the expectations are Beta-function ratios.
 
 A candidate goes on when that chance is at least ``screen_min_chance``; of those, the likeliest are continued until
@@ -58,7 +58,7 @@ def chance_flat(c: int, s: int, rest: int) -> float:
 
 def chance_belief(c: np.ndarray, s: int, rest: int, mu: np.ndarray, var: np.ndarray) -> np.ndarray:
     """The same chance under log-odds beliefs N(mu, var) that already include the screen (the signal sampler's)."""
-    from rl_stage.sampler import expect
+    from rl_stage.samplers.signal import expect
 
     c = np.asarray(c)
     out = np.ones(len(c))
@@ -97,7 +97,7 @@ def choose(chance: np.ndarray, need: int, min_chance: float) -> list[int]:
 @dataclass
 class Screened:
     """A candidate after its screen: ``correct`` of ``s`` right; ``key``: the request key its samples are seeded from
-    (its rest continues it); ``data``: the caller's screen (the trainer's group, rewards, correct); ``age``: the ends of
+    (its rest continues it); ``data``: the caller's screen (the trainer's graded ``Group``); ``age``: the ends of
     step it has been held over."""
 
     prompt: Any

@@ -2,7 +2,7 @@
 
 One step:
 
-1. draw ``prompts_per_step`` prompts from the prompt sampler (``rl_stage.sampler``; the others in ``rl_stage.data``);
+1. draw ``prompts_per_step`` prompts from the prompt sampler (``rl_stage.samplers``);
 2. roll out ``group_size`` completions each with the rollout engine (``rl_stage.rollout``: vLLM in process, weights
    pushed after every update; or transformers ``generate`` on the trained model itself), every sample seeded
    from (seed, step, prompt id, index) so runs repeat;
@@ -35,17 +35,22 @@ import random
 import time
 from dataclasses import asdict, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from curate.difficulty import VLLMSampler
+from curate.difficulty import VLLMEngine
 from rl_stage import checkpoint, screening
-from rl_stage.config import SAMPLERS, TrainConfig, TrainError, make_sampler
+from rl_stage.config import SAMPLERS, TrainConfig, TrainError
 from rl_stage.distributed import ProcessGroup
-from rl_stage.rollout import Rollout, Rollouts, explicit
+from rl_stage.rollout import Group, Rollout, Rollouts, explicit, request_key
+from rl_stage.samplers import make_sampler
 from rl_stage.update import Updater
 
-__all__ = ["SAMPLERS", "TrainConfig", "TrainError", "Trainer", "make_sampler"]
+if TYPE_CHECKING:  # torch is imported when a run starts, not with this module
+    from rl_stage.algorithms import Algorithm
+
+__all__ = ["SAMPLERS", "TrainConfig", "TrainError", "Trainer"]
 
 log = logging.getLogger(__name__)
 
@@ -151,7 +156,7 @@ class Trainer:
 
             shard(self.model, self.policy, self.bf16)
         self.ref = self.ref_policy = None
-        if self.alg["kl_coef"] > 0:  # frozen: bf16 storage is fine; a whole copy on every rank
+        if self.alg.kl_coef > 0:  # frozen: bf16 storage is fine; a whole copy on every rank
             ref_dtype = torch.bfloat16 if self.bf16 else torch.float32
             self.ref = AutoModelForCausalLM.from_pretrained(path, dtype=ref_dtype).to(self.device).eval()
             for p in self.ref.parameters():
@@ -176,10 +181,11 @@ class Trainer:
         self.eval_prompts = held_out_prompts(cfg.eval_data, cfg.eval_prompts) if cfg.eval_data else []
         self.scfg = SamplingConfig(k=cfg.group_size, temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens,
                                    seed=cfg.seed, max_prompt_tokens=cfg.max_prompt_tokens)
-        self.updater = Updater(torch, cfg, self.alg, self.pg, self.policy, self.ref_policy, self.opt,
-                               self.tokenizer.pad_token_id, self.device)
-        self.rollouts = Rollouts(torch, cfg, self.alg, self.pg, self.scfg, self.template, self.tokenizer, self.model,
-                                 self.device, self.bf16, path, self.model_name)
+        self.updater = Updater(torch, cfg, self.alg, self.pg, policy=self.policy, ref_policy=self.ref_policy,
+                               opt=self.opt, pad_id=self.tokenizer.pad_token_id, device=self.device)
+        self.rollouts = Rollouts(torch, cfg, self.alg, self.pg, self.scfg, template=self.template,
+                                 tokenizer=self.tokenizer, model=self.model, device=self.device, bf16=self.bf16, path=path,
+                                 model_name=self.model_name)
         if ckpt:
             self._load_state(ckpt)
         self._tb = None
@@ -189,7 +195,7 @@ class Trainer:
             self._tb = SummaryWriter(str(self.out / "tensorboard"))
         if self.pg.main:
             (self.out / "config.json").write_text(json.dumps({**asdict(cfg), "data_fingerprint": self._data_fingerprint(),
-                                                             "resolved": self.alg, "world_size": self.pg.world},
+                                                             "resolved": asdict(self.alg), "world_size": self.pg.world},
                                                              indent=2, default=str))
 
     def _data_fingerprint(self) -> str:
@@ -228,7 +234,7 @@ class Trainer:
 
         cfg, alg = self.cfg, self.alg
         ro = Rollout()
-        dynamic = alg["dynamic_sampling"]
+        dynamic = alg.dynamic_sampling
         limit = (cfg.max_gen_batches or None) if dynamic else 1
         ro.target = target = min(cfg.prompts_per_step, self.sampler.size)
         kept_ids: set[str] = set()
@@ -253,19 +259,19 @@ class Trainer:
                 groups = self._screened(screens, prompts, tag, missing, ro)
             else:
                 groups = self._round(ro, prompts, tag)
-                self.sampler.observe([(g[0].index, sum(c), len(c)) for _, g, _, c in groups])
-                for _, g, _, c in groups:
-                    self._count(ro, g, c)
+                self.sampler.observe([(g.prompt.index, sum(g.correct), len(g.correct)) for g in groups])
+                for g in groups:
+                    self._count(ro, g)
                 ro.groups_generated += len(groups)
             ro.gen_rounds += 1
-            for _, g, r, c in groups:
-                p = g[0]
-                signal = [float(x) for x in c] if alg["dynamic_sampling_metric"] == "acc" else r
-                if dynamic and (not bool(algorithms.dynamic_sampling_keep(torch.tensor([signal]))[0]) or p.id in kept_ids):
+            for g in groups:
+                signal = [float(x) for x in g.correct] if alg.dynamic_sampling_metric == "acc" else g.rewards
+                if dynamic and (not bool(algorithms.dynamic_sampling_keep(torch.tensor([signal]))[0])
+                                or g.prompt.id in kept_ids):
                     ro.dropped += 1
                     continue
-                kept_ids.add(p.id)
-                ro.kept.append((g, r, c))
+                kept_ids.add(g.prompt.id)
+                ro.kept.append(g)
             if dynamic and len(ro.kept) < target:
                 log.info("step %d: %d of %d groups with a learning signal after %d generation batch(es)%s",
                          self.step + 1, len(ro.kept), target, ro.gen_rounds,
@@ -275,7 +281,7 @@ class Trainer:
         ro.kept = ro.kept[:target]
         return ro
 
-    def _round(self, ro: Rollout, prompts, tag: str, **kw) -> list:
+    def _round(self, ro: Rollout, prompts, tag: str, **kw) -> list[Group]:
         """``Rollouts.round``, its seconds and prompts too long added to ``ro``."""
         groups, n_long, gen_s, reward_s = self.rollouts.round(prompts, tag, **kw)
         ro.gen_s += gen_s
@@ -283,20 +289,20 @@ class Trainer:
         ro.too_long += n_long
         return groups
 
-    def _count(self, ro: Rollout, g, c, generated: bool = True) -> None:
+    def _count(self, ro: Rollout, g: Group, generated: bool = True) -> None:
         """A graded group (a whole one, or a screen that went no further) into the step's counts and the online table;
         ``generated``: its completions are added to the step's (a screened round counts them as it generates them)."""
-        p = g[0]
-        self._record(p, sum(c), len(c))
+        c = g.correct
+        self._record(g.prompt, sum(c), len(c))
         if generated:
             ro.completions += len(c)
         ro.accuracy.append(sum(c) / len(c))
-        by = ro.by_bucket.setdefault(p.bucket or "unscored", [0, 0])
+        by = ro.by_bucket.setdefault(g.prompt.bucket or "unscored", [0, 0])
         by[0] += sum(c)
         by[1] += len(c)
-        ro.boxed += [explicit(x.text) for x in g[2]]
+        ro.boxed += [explicit(x.text) for x in g.completions]
 
-    def _screened(self, screens: screening.Queue, prompts, tag: str, missing: int, ro: Rollout) -> list:
+    def _screened(self, screens: screening.Queue, prompts, tag: str, missing: int, ro: Rollout) -> list[Group]:
         """One screened round (``rl_stage.screening``): ``screen`` completions of every new candidate, observed by the
         sampler; the queue then picks, among the held candidates and the new ones, those whose rest of the group
         (samples ``screen .. G-1`` of the same request key) is generated. Returns the continued groups, whole, as
@@ -305,30 +311,26 @@ class Trainer:
         s, rest = cfg.screen, cfg.group_size - cfg.screen
         first = self._round(ro, prompts, tag, n=s) if prompts else []
         ro.groups_generated += len(first)
-        ro.completions += sum(len(c) for *_, c in first)
-        ro.screen_completions += sum(len(c) for *_, c in first)
-        self.sampler.observe([(g[0].index, sum(c), len(c)) for _, g, _, c in first])
-        new = [screening.Screened(g[0], sum(c), f"{tag}/{pos}/{g[0].id}", (g, r, c)) for pos, g, r, c in first]
+        ro.completions += sum(len(g.completions) for g in first)
+        ro.screen_completions += sum(len(g.completions) for g in first)
+        self.sampler.observe([(g.prompt.index, sum(g.correct), len(g.correct)) for g in first])
+        new = [screening.Screened(g.prompt, sum(g.correct), request_key(tag, g.position, g.prompt), g) for g in first]
         go, out = screens.decide(self.sampler, new, missing)
         for x in out:
             self._screened_out(ro, x)
         if not go:
             return []
         done = self._round(ro, [x.prompt for x in go], tag, keys=[x.key for x in go], first=s, n=rest)
-        ro.completions += sum(len(c) for *_, c in done)
-        self.sampler.observe([(g[0].index, sum(c), len(c)) for _, g, _, c in done])
-        groups = []
-        for j, g2, r2, c2 in done:
-            g, r, c = go[j].data
-            whole = (g[0], g[1], list(g[2]) + list(g2[2]))
-            self._count(ro, whole, list(c) + list(c2), generated=False)
-            groups.append((j, whole, list(r) + list(r2), list(c) + list(c2)))
+        ro.completions += sum(len(g.completions) for g in done)
+        self.sampler.observe([(g.prompt.index, sum(g.correct), len(g.correct)) for g in done])
+        groups = [go[rest.position].data.then(rest) for rest in done]
+        for g in groups:
+            self._count(ro, g, generated=False)
         return groups
 
     def _screened_out(self, ro: Rollout, x: screening.Screened) -> None:
-        g, _, c = x.data
         ro.screened_out += 1
-        self._count(ro, g, c, generated=False)
+        self._count(ro, x.data, generated=False)
 
     def _advance_schedule(self) -> None:
         """One schedule step per rollout step, also when no update ran (torch warns about that order)."""
@@ -343,11 +345,11 @@ class Trainer:
         t0 = time.perf_counter()
         ro = self._rollout()
         self.completions += ro.completions
-        kept_prompts = [g[0] for g, _, _ in ro.kept[: ro.target]] if not ro.short else []
+        kept_prompts = [g.prompt for g in ro.kept[: ro.target]] if not ro.short else []
         priors = [p.prior for p in kept_prompts if p.prior is not None]
         expected = [p.expected for p in kept_prompts if p.expected is not None]
-        with_signal = sum(1 for _, r, _ in (ro.kept[: ro.target] if not ro.short else []) if max(r) != min(r))
-        trained = sum(len(c) for _, _, c in ro.kept[: ro.target]) if kept_prompts else 0
+        with_signal = sum(1 for g in (ro.kept[: ro.target] if not ro.short else []) if max(g.rewards) != min(g.rewards))
+        trained = sum(len(g.completions) for g in ro.kept[: ro.target]) if kept_prompts else 0
         self.completions_trained += trained
         metrics = {"step": self.step + 1, "stage": self.sampler.stage_name, "groups": len(kept_prompts),
                    "groups_with_signal": with_signal,
@@ -389,7 +391,7 @@ class Trainer:
         seqs, (R, adv) = self.updater.sequences(ro.kept)
         tt = time.perf_counter()
         engine = self.rollouts.engine
-        vllm = engine if isinstance(engine, VLLMSampler) else None
+        vllm = engine if isinstance(engine, VLLMEngine) else None
         slept = vllm is not None and vllm.sleep_mode
         if vllm is not None and slept:
             vllm.sleep()  # free the engine's weights and KV cache for the update
@@ -403,7 +405,7 @@ class Trainer:
         lengths = [q.n_tokens for q in seqs]
         metrics.update({
             "reward": float(R.mean()), "reward_std": float(R.std()) if R.numel() > 1 else 0.0,
-            "accuracy_kept": float(np.mean([sum(c) / len(c) for _, _, c in ro.kept])),
+            "accuracy_kept": float(np.mean([sum(g.correct) / len(g.correct) for g in ro.kept])),
             "adv_mean": float(adv_flat.mean()), "adv_std": float(adv_flat.std()) if adv_flat.numel() > 1 else 0.0,
             "adv_abs_max": float(adv_flat.abs().max()),
             "loss": st.loss, "grad_norm": st.grad_norm, "lr": lr, "updates": st.updates,
@@ -433,14 +435,14 @@ class Trainer:
         sampled = replace(self.scfg, k=k)
         g_groups, _, _, _ = self.rollouts.round(self.eval_prompts, "eval-greedy", cfg=greedy)
         s_groups, _, _, _ = self.rollouts.round(self.eval_prompts, "eval", cfg=sampled)
-        by_pos = {pos: (g[2], c) for pos, g, _, c in s_groups}  # sampled completions and correctness by position
+        sampled_at = {g.position: g for g in s_groups}
         rows = []
-        for pos, g, _, c in g_groups:
-            if pos in by_pos:
-                comps, s_c = by_pos[pos]
-                rows.append({"step": self.step, "completions": self.completions, "id": g[0].id, "greedy_correct": bool(c[0]),
-                             f"mean@{k}": sum(s_c) / len(s_c), "k": k,
-                             "boxed": sum(explicit(x.text) for x in comps) / k})
+        for g in g_groups:
+            if g.position in sampled_at:
+                s = sampled_at[g.position]
+                rows.append({"step": self.step, "completions": self.completions, "id": g.prompt.id,
+                             "greedy_correct": bool(g.correct[0]), f"mean@{k}": sum(s.correct) / len(s.correct), "k": k,
+                             "boxed": sum(explicit(x.text) for x in s.completions) / k})
         if self.pg.main:
             with open(self.out / "eval.jsonl", "a") as f:
                 for r in rows:
@@ -533,9 +535,9 @@ class Trainer:
 
 
 
-def updates_line(cfg: TrainConfig, alg: dict) -> str:
+def updates_line(cfg: TrainConfig, alg: Algorithm) -> str:
     """What one rollout step trains: its optimizer updates (the preset's mini-batches, at most one per group)."""
-    m, n = alg["mini_batches"], min(alg["mini_batches"], cfg.prompts_per_step)
+    m, n = alg.mini_batches, min(alg.mini_batches, cfg.prompts_per_step)
     why = f" (the preset's {m} mini-batches, at most one group each)" if m > n else ""
     return f"{cfg.prompts_per_step} groups of {cfg.group_size} a step, {n} optimizer update{'s' * (n != 1)} each{why}"
 

@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from rl_stage.distributed import ProcessGroup
+
+if TYPE_CHECKING:  # torch is imported when a run starts, not with this module
+    from rl_stage.algorithms import Algorithm
+    from rl_stage.rollout import Group
 
 
 @dataclass
@@ -50,7 +54,8 @@ class UpdateStats:
 class Updater:
     """Updates ``policy`` with ``opt`` on the groups a step keeps (``ref_policy``: the frozen reference for KL)."""
 
-    def __init__(self, torch, cfg, alg: dict, pg: ProcessGroup, policy, ref_policy, opt, pad_id: int, device: str):
+    def __init__(self, torch, cfg, alg: Algorithm, pg: ProcessGroup, *, policy, ref_policy, opt, pad_id: int,
+                 device: str):
         self.torch, self.cfg, self.alg, self.pg = torch, cfg, alg, pg
         self.policy, self.ref_policy, self.opt = policy, ref_policy, opt
         self.pad_id, self.device = pad_id, device
@@ -70,23 +75,23 @@ class Updater:
                 cm[i, len(q.prompt) - 1 : n - 1] = 1.0
         return ids.to(self.device), attn.to(self.device), cm.to(self.device)
 
-    def sequences(self, kept) -> tuple[list[Seq], tuple[Any, Any]]:
+    def sequences(self, kept: list[Group]) -> tuple[list[Seq], tuple[Any, Any]]:
         """Group advantages, then one ``Seq`` per completion (groups stay contiguous)."""
         from rl_stage import algorithms
 
-        R = self.torch.tensor([r for _, r, _ in kept], dtype=self.torch.float32)
-        adv = algorithms.ADVANTAGES[self.alg["advantage"]](R)
+        R = self.torch.tensor([g.rewards for g in kept], dtype=self.torch.float32)
+        adv = algorithms.ADVANTAGES[self.alg.advantage](R)
         seqs = []
-        for gi, ((_, pids, comps), _, _) in enumerate(kept):
-            for j, c in enumerate(comps):
-                seqs.append(Seq(gi, list(pids), list(c.token_ids), float(adv[gi, j]),
-                                not (self.alg["mask_truncated"] and c.truncated), c.logprobs, c.n_tokens, c.truncated))
+        for gi, g in enumerate(kept):
+            for j, c in enumerate(g.completions):
+                seqs.append(Seq(gi, list(g.prompt_ids), list(c.token_ids), float(adv[gi, j]),
+                                not (self.alg.mask_truncated and c.truncated), c.logprobs, c.n_tokens, c.truncated))
         return seqs, (R, adv)
 
     def mini_batches(self, seqs: list[Seq]) -> list[list[int]]:
         """Sequence positions of each mini-batch: ``mini_batches`` slices of whole groups (at most one per group)."""
         n_groups = seqs[-1].group + 1
-        n = max(1, min(self.alg["mini_batches"], n_groups))
+        n = max(1, min(self.alg.mini_batches, n_groups))
         bounds = np.array_split(np.arange(n_groups), n)
         return [[i for i, q in enumerate(seqs) if q.group in set(b.tolist())] for b in bounds]
 
@@ -169,13 +174,13 @@ class Updater:
                         if epoch == 0:
                             mismatch += self.mismatch(part, old_lp)
                     a = torch.tensor([q.advantage for q in part], device=self.device)
-                    pl, info = algorithms.clipped_policy_loss(lp, old_lp, a, alg["eps_low"], alg["eps_high"], alg["dual_clip"])
+                    pl, info = algorithms.clipped_policy_loss(lp, old_lp, a, alg.eps_low, alg.eps_high, alg.dual_clip)
                     tok_loss = pl
                     if self.ref_policy is not None:
                         kl = algorithms.kl_k3(lp, ref[m, s])
-                        tok_loss = tok_loss + alg["kl_coef"] * kl
+                        tok_loss = tok_loss + alg.kl_coef * kl
                         sums[2] += float((kl * cm).sum())
-                    loss = algorithms.aggregate(alg["aggregation"], tok_loss, cm, n_seqs=n_seqs, n_tokens=n_tokens,
+                    loss = algorithms.aggregate(alg.aggregation, tok_loss, cm, n_seqs=n_seqs, n_tokens=n_tokens,
                                                 max_len=cfg.max_tokens)
                     if not torch.isfinite(loss):
                         bad = True

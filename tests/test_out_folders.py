@@ -112,10 +112,10 @@ def test_vllm_starts_in_a_process_that_loaded_numba():
     every module's objects, and llvmlite's library object answered with a function wrapper, failing every run."""
     pytest.importorskip("vllm")
     code = ("import numba, llvmlite.binding.ffi  # what dedup's kernels load\n"
-            "from curate.difficulty.engines import SamplingConfig, VLLMSampler\n"
+            "from curate.difficulty.engines import SamplingConfig, VLLMEngine\n"
             "from curate.difficulty.models import resolve_model\n"
             "path, name = resolve_model(None)\n"
-            "s = VLLMSampler(path, SamplingConfig(k=1, max_tokens=4, temperature=0.0), model_name=name)\n"
+            "s = VLLMEngine(path, SamplingConfig(k=1, max_tokens=4, temperature=0.0), model_name=name)\n"
             "print('started', s.model_name)\n")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-2000:]

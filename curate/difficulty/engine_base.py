@@ -1,5 +1,5 @@
 """The engines' common parts: the sampling settings, a request and its completions, per-sample seeds, the
-streaming ``Sampler`` interface every engine implements, and the CPU threads an in-process engine uses."""
+streaming ``Engine`` interface every engine implements, and the CPU threads an in-process engine uses."""
 
 from __future__ import annotations
 
@@ -88,7 +88,7 @@ def sample_seed(seed: int, request_id: str, j: int) -> int:
 
 
 
-class Sampler:
+class Engine:
     backend: str = "?"
     model_name: str = "?"
     model_path: str = "?"

@@ -9,9 +9,9 @@ from collections.abc import Iterable, Iterator
 from curate.difficulty.devices import engine_device
 from curate.difficulty.engine_base import (
     Completion,
+    Engine,
     EngineError,
     GenRequest,
-    Sampler,
     SamplingConfig,
     as_list,
     pull_requests,
@@ -19,7 +19,7 @@ from curate.difficulty.engine_base import (
 )
 
 
-class HFSampler(Sampler):
+class HFEngine(Engine):
     """transformers ``generate``: one problem per call with its k samples as the batch (seeded per problem)."""
 
     backend = "hf"

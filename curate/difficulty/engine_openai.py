@@ -1,6 +1,6 @@
 """The OpenAI-compatible HTTP engine: any server with ``/v1/completions`` or ``/v1/chat/completions`` (``vllm
 serve``, providers), a bounded number of requests in flight on a thread pool, retried with backoff on the statuses of
-``OpenAISampler.RETRY_STATUS`` and on connection errors, one seed per request."""
+``OpenAIEngine.RETRY_STATUS`` and on connection errors, one seed per request."""
 
 from __future__ import annotations
 
@@ -15,16 +15,16 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 
 from curate.difficulty.engine_base import (
     Completion,
+    Engine,
     EngineError,
     GenRequest,
-    Sampler,
     SamplingConfig,
     pull_requests,
     sample_seed,
 )
 
 
-class OpenAISampler(Sampler):
+class OpenAIEngine(Engine):
     """Any OpenAI-compatible server (``vllm serve``, providers): concurrency-limited, retried with backoff.
 
     Templates ``chat``/``qwen_math`` go to ``/v1/chat/completions`` as messages (the server applies its

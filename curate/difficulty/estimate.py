@@ -1,10 +1,10 @@
 """Difficulty estimation: k high-temperature samples per problem, graded by math-verify, pass rate stored.
 
 The recipe is Kimi k1.5's (Sec. 2.3.1 of the report): sample ten answers per problem at a relatively high
-temperature and use the pass rate as the difficulty (lower = harder). This module drives a sampler
+temperature and use the pass rate as the difficulty (lower = harder). This module drives an engine
 (``curate.difficulty.engines``) and the grading pool (``curate.difficulty.grading``) over curated shards:
 
-- the engine runs in the main thread and is kept full (``Sampler.stream``); each finished problem goes to a
+- the engine runs in the main thread and is kept full (``Engine.stream``); each finished problem goes to a
   grader thread (``curate.difficulty.grader_thread``) that grades it in worker processes and writes shards, so
   grading overlaps generation;
 - input rows are cut into fixed chunks of ``chunk_rows`` (``curate.difficulty.chunks``); chunk ``c`` becomes
@@ -65,7 +65,7 @@ from curate.difficulty.chunks import (
     progress_bar,
     read_chunks,
 )
-from curate.difficulty.engines import GenRequest, Sampler, SamplingConfig, make_sampler
+from curate.difficulty.engines import Engine, GenRequest, SamplingConfig, make_engine
 from curate.difficulty.grader_thread import GraderThread, wilson
 from curate.difficulty.grading import GRADER_VERSION, OUTCOMES, GradingPool
 from curate.difficulty.store import (
@@ -144,16 +144,16 @@ class EstimateConfig:
 class Estimator(GraderThread):
     """One estimation run into ``out``; see the module docstring for the layout and guarantees."""
 
-    def __init__(self, inputs: list[Path], out: Path, cfg: EstimateConfig, sampler: Sampler | None = None,
+    def __init__(self, inputs: list[Path], out: Path, cfg: EstimateConfig, engine: Engine | None = None,
                  progress: bool = True):
         self.inputs = [stage_dir(Path(p)) for p in inputs]
         self.out = Path(out)
         self.cfg = cfg
-        self._sampler = sampler
+        self._engine = engine
         self.progress = progress
         self.stats: defaultdict[str, float] = defaultdict(float)  # counts and seconds of this run
         self.info = RunInfo()
-        self.sampler: Sampler | None = None
+        self.engine: Engine | None = None
         self.store: DifficultyStore | None = None
         self._next_rounds: queue.Queue = queue.Queue()  # sequential: later rounds, from the grader thread
         self._prior: list[float] | None = None  # adaptive, prior = store: the fitted prior on the grid
@@ -180,8 +180,8 @@ class Estimator(GraderThread):
         from curate.difficulty.models import model_revision, resolve_model
 
         cfg, info = self.cfg, self.info
-        if self._sampler is not None:
-            info.model, path = self._sampler.model_name, self._sampler.model_path
+        if self._engine is not None:
+            info.model, path = self._engine.model_name, self._engine.model_path
         elif cfg.backend == "openai":
             info.model, path = cfg.model or "default", None
         else:
@@ -276,12 +276,12 @@ class Estimator(GraderThread):
         extra: dict[str, Any] = {"concurrency": cfg.concurrency} if cfg.backend == "openai" else {"device": cfg.device}
         if cfg.backend == "vllm":
             extra.update(cfg.engine_args)
-        sampler = self._sampler or make_sampler(cfg.backend, cfg.model, s, base_url=cfg.base_url, **extra)
-        self.sampler = sampler
+        engine = self._engine or make_engine(cfg.backend, cfg.model, s, base_url=cfg.base_url, **extra)
+        self.engine = engine
         info = self.info
-        info.sampler = sampler.info()
-        identity = store_identity(info.model or sampler.model_name, info.revision or "unresolved", cfg.template,
-                                  template_fingerprint(cfg.template, sampler.tokenizer), s, cfg.grader_timeout_s,
+        info.sampler = engine.info()
+        identity = store_identity(info.model or engine.model_name, info.revision or "unresolved", cfg.template,
+                                  template_fingerprint(cfg.template, engine.tokenizer), s, cfg.grader_timeout_s,
                                   base_url=cfg.base_url if cfg.backend == "openai" else None, grader=GRADER_VERSION,
                                   sequential=cfg.sequential)
         if cfg.sequential.adaptive and cfg.sequential.prior == "store":
@@ -311,7 +311,7 @@ class Estimator(GraderThread):
         try:
             from curate.core.stop import check
 
-            for rid, comps in sampler.stream(self._requests(todo_chunks, q, errors)):
+            for rid, comps in engine.stream(self._requests(todo_chunks, q, errors)):
                 if errors:
                     break
                 check()  # a stop asked for: finished parts are on disk, the run resumes from them
@@ -324,8 +324,8 @@ class Estimator(GraderThread):
             grader.join()
             if bar is not None:
                 bar.close()
-            if self._sampler is None:
-                sampler.close()
+            if self._engine is None:
+                engine.close()
         if errors:
             raise errors[0]
         self.stats["generate_seconds"] = round(time.perf_counter() - info.gen_started, 3)
@@ -368,8 +368,8 @@ class Estimator(GraderThread):
 
     def _requests(self, chunks: list[tuple[int, pa.Table]], q: queue.Queue, errors: list) -> Iterator[GenRequest | None]:
         cfg, s = self.cfg, self.cfg.sampling
-        sampler, store = self.sampler, self.store
-        assert sampler is not None
+        engine, store = self.engine, self.store
+        assert engine is not None
         special = templates.adds_special_tokens(cfg.template)
         for c, table in chunks:
             if errors:
@@ -386,8 +386,8 @@ class Estimator(GraderThread):
                     rejected[i] = ("no_gold", "no gold answer to grade against")
                     continue
                 msgs = templates.messages(cfg.template, prob)
-                if sampler.tokenizer is not None:
-                    req = sampler.prepare(f"{c}:{i}:{pid}", templates.render(cfg.template, prob, sampler.tokenizer), special,
+                if engine.tokenizer is not None:
+                    req = engine.prepare(f"{c}:{i}:{pid}", templates.render(cfg.template, prob, engine.tokenizer), special,
                                           msgs, seed_key=pid)
                     n_prompt = len(req.prompt_ids or [])
                     ptoks[i] = n_prompt
@@ -428,7 +428,7 @@ class Estimator(GraderThread):
                 got = list(self._follow_ups())
                 yield from got
                 if not got:
-                    yield None  # nothing to send now; the sampler keeps stepping what it has
+                    yield None  # nothing to send now; the engine keeps stepping what it has
 
     def _follow_ups(self) -> Iterator[GenRequest]:
         while True:
@@ -550,21 +550,21 @@ def _ends_report(correct: list[list[bool]], base: int) -> dict:
             "all_correct_at_base": len(full), "of_them_failed_later": sum(not all(c) for c in full)}
 
 
-def estimate(inputs: list[Path], out: Path, cfg: EstimateConfig, sampler: Sampler | None = None, force: bool = False,
+def estimate(inputs: list[Path], out: Path, cfg: EstimateConfig, engine: Engine | None = None, force: bool = False,
              progress: bool = True) -> Manifest:
     """Score every row of ``inputs`` into ``out`` (resumable); returns the manifest."""
-    return Estimator(inputs, out, cfg, sampler, progress).run(force)
+    return Estimator(inputs, out, cfg, engine, progress).run(force)
 
 
-def estimate_shared(inputs: list[Path], out: Path, cfg: EstimateConfig, workers: int, sampler: Sampler | None = None,
+def estimate_shared(inputs: list[Path], out: Path, cfg: EstimateConfig, workers: int, engine: Engine | None = None,
                     force: bool = False) -> Manifest:
     """``estimate`` split into ``workers`` shares run one after another in this process (what the flow runs side
     by side on Ray, an engine each); the same rows and pass counts as ``estimate``."""
-    done = Estimator(inputs, out, cfg, sampler, progress=False).begin(force)
+    done = Estimator(inputs, out, cfg, engine, progress=False).begin(force)
     if done is not None:
         return done
-    shares = [Estimator(inputs, out, cfg, sampler, progress=False).run_share(w, workers) for w in range(workers)]
-    return Estimator(inputs, out, cfg, sampler, progress=False).finish_shares(shares)
+    shares = [Estimator(inputs, out, cfg, engine, progress=False).run_share(w, workers) for w in range(workers)]
+    return Estimator(inputs, out, cfg, engine, progress=False).finish_shares(shares)
 
 
 __all__ = ["EstimateConfig", "DifficultyStore", "Estimator", "estimate", "estimate_shared", "wilson", "param_key", "row_key",

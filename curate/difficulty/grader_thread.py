@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from curate.difficulty.adaptive import next_round
 from curate.difficulty.chunks import STAGE, Chunk, Generated, Histogram, Message, NewChunk, RunInfo, Stored, write_chunk
-from curate.difficulty.engines import Completion, Sampler
+from curate.difficulty.engines import Completion, Engine
 from curate.difficulty.extraction import final_answer
 from curate.difficulty.grading import GradingPool
 from curate.difficulty.store import DIFFICULTY_COLUMNS, DifficultyStore
@@ -53,7 +53,7 @@ class GraderThread:
     out: Path
     stats: defaultdict[str, float]
     info: RunInfo
-    sampler: Sampler | None
+    engine: Engine | None
     store: DifficultyStore | None
     grader_version: str  # recorded in every row (``GRADER_VERSION``)
     regrade_factor: int  # the second pass's timeout, in first-pass timeouts (``REGRADE_FACTOR``)
@@ -213,9 +213,9 @@ class GraderThread:
             ]
         for o in outs:
             self.stats["outcome/" + o] += 1
-        assert self.sampler is not None
+        assert self.engine is not None
         return {
-            "model": self.info.model, "model_revision": self.info.revision, "backend": self.sampler.backend,
+            "model": self.info.model, "model_revision": self.info.revision, "backend": self.engine.backend,
             "template": self.cfg.template, "k": n, "temperature": s.temperature, "top_p": s.top_p,
             "max_tokens": s.max_tokens, "seed": s.seed, "n_correct": n_correct, "n_graded": n_graded,
             "pass_rate": n_correct / n, "correct": correct, "pass_rate_low": lo, "pass_rate_high": hi,

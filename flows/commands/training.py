@@ -29,7 +29,7 @@ def cmd_train(a: argparse.Namespace) -> None:
     main = os.environ.get("RANK", "0") == "0"
     if a.dry_run:
         if main:
-            print(f"train: preset {cfg.preset} ({t.alg['cite']}); {updates_line(cfg, t.alg)}")
+            print(f"train: preset {cfg.preset} ({t.alg.cite}); {updates_line(cfg, t.alg)}")
             print(json.dumps({**dataclasses.asdict(t.cfg), "resolved": t.alg}, indent=2, default=str))
         return
     # the process group ends only after a run that finished on every rank: a rank that failed alone must not wait
@@ -38,7 +38,7 @@ def cmd_train(a: argparse.Namespace) -> None:
         t.run(progress=False)
         t.close()
         return
-    print(f"train: preset {cfg.preset} ({t.alg['cite']}); {updates_line(cfg, t.alg)}")
+    print(f"train: preset {cfg.preset} ({t.alg.cite}); {updates_line(cfg, t.alg)}")
     ms = t.run(progress=not a.quiet)
     t.close()
     steps = [m for m in ms if m.get("step", 0) > 0]

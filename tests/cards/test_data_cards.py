@@ -9,7 +9,7 @@ import pytest
 
 from curate.clean.decontam import DecontamConfig
 from curate.core.manifest import Manifest
-from curate.difficulty.engines import Completion, Sampler, SamplingConfig
+from curate.difficulty.engines import Completion, Engine, SamplingConfig
 from curate.difficulty.estimate import EstimateConfig, estimate
 from curate.pipeline import decontam_stage, dedup_stage, filter_stage, ingest
 from curate.select.export import ExportConfig, export
@@ -33,7 +33,7 @@ ROWS = [
 BENCH = [{"problem": ROWS[4]["problem"], "answer": "200", "id": "b-1"}]
 
 
-class Scripted(Sampler):
+class Scripted(Engine):
     """Right answers for lower levels: level L gets 5 - L of 4 samples right (k = 4)."""
 
     backend = "scripted"
@@ -63,7 +63,7 @@ def make_run(root, rows, limit=None, shift=0):
     by_problem = {r["problem"]: (r["answer"], int(r["level"].split()[-1])) for r in rows}
     cfg = EstimateConfig(template="none", sampling=SamplingConfig(k=4, max_tokens=8), store=None, model_revision="r",
                          limit=limit)
-    estimate([run / "4_dedup"], run / "5_difficulty", cfg, sampler=Scripted(cfg.sampling, by_problem, shift), progress=False)
+    estimate([run / "4_dedup"], run / "5_difficulty", cfg, engine=Scripted(cfg.sampling, by_problem, shift), progress=False)
     export([run / "5_difficulty"], run / "6_export", ExportConfig(curriculum=True, include_ends=True))
     return run
 

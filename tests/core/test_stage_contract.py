@@ -10,7 +10,7 @@ import pytest
 
 from curate.core.manifest import MANIFEST_VERSION, STAGE_KINDS, Manifest, ManifestError, register_stage
 from curate.core.runner import MARKER, StageError
-from curate.difficulty.engines import Completion, Sampler, SamplingConfig
+from curate.difficulty.engines import Completion, Engine, SamplingConfig
 from curate.difficulty.estimate import EstimateConfig, estimate
 from curate.pipeline import dedup_stage, filter_stage, ingest
 from curate.select.export import ExportConfig, export
@@ -178,7 +178,7 @@ def _show(d, capsys) -> str:
     return capsys.readouterr().out
 
 
-class _Scripted(Sampler):
+class _Scripted(Engine):
     backend = "scripted"
     model_name = "scripted"
     model_path = "/nonexistent"

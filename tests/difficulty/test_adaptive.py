@@ -7,7 +7,7 @@ import dataclasses
 import math
 
 import pytest
-from test_estimate import ScriptedSampler
+from test_estimate import ScriptedEngine
 
 from curate.core.config import ConfigError
 from curate.core.shards import read_table
@@ -117,8 +117,8 @@ def _rows(folder):
 
 def test_adaptive_estimation_draws_in_rounds_until_decided(tmp_path, rates_input):
     cfg = _cfg(tmp_path, AdaptiveConfig(adaptive=True, k_max=24, delta=0.1, k_step=4))
-    sampler = ScriptedSampler(cfg.sampling, _by_rule)
-    m = estimate([rates_input], tmp_path / "est", cfg, sampler=sampler, progress=False)
+    sampler = ScriptedEngine(cfg.sampling, _by_rule)
+    m = estimate([rates_input], tmp_path / "est", cfg, engine=sampler, progress=False)
     rows = _rows(tmp_path / "est")
     # always right: 4, 8, 12 right is not enough (0.892), 16 is (0.936): four rounds, decided solved
     a = rows["always"]
@@ -144,8 +144,8 @@ def test_adaptive_estimation_draws_in_rounds_until_decided(tmp_path, rates_input
 
 def test_fixed_k_with_resampled_ends(tmp_path, rates_input):
     cfg = _cfg(tmp_path, AdaptiveConfig(resample_ends=True, k_max=12, k_step=4), k=4)
-    sampler = ScriptedSampler(cfg.sampling, _by_rule)
-    m = estimate([rates_input], tmp_path / "est", cfg, sampler=sampler, progress=False)
+    sampler = ScriptedEngine(cfg.sampling, _by_rule)
+    m = estimate([rates_input], tmp_path / "est", cfg, engine=sampler, progress=False)
     rows = _rows(tmp_path / "est")
     assert (rows["alternate"]["k"], rows["alternate"]["stop_reason"], rows["alternate"]["rounds"]) == (4, "k", 1)
     assert (rows["never"]["k"], rows["never"]["stop_reason"]) == (12, "k_max")
@@ -167,7 +167,7 @@ def test_fixed_k_with_resampled_ends(tmp_path, rates_input):
 
 def test_fixed_k_rows_are_unchanged_by_the_sequential_code(tmp_path, rates_input):
     cfg = _cfg(tmp_path, AdaptiveConfig(), k=4)
-    estimate([rates_input], tmp_path / "est", cfg, sampler=ScriptedSampler(cfg.sampling, _by_rule), progress=False)
+    estimate([rates_input], tmp_path / "est", cfg, engine=ScriptedEngine(cfg.sampling, _by_rule), progress=False)
     rows = _rows(tmp_path / "est")
     assert all(r["k"] == 4 and r["rounds"] is None and r["stop_reason"] is None for r in rows.values())
     assert "sequential" not in cfg.as_dict()  # the stage identity of a fixed-k run is what it was
@@ -175,15 +175,15 @@ def test_fixed_k_rows_are_unchanged_by_the_sequential_code(tmp_path, rates_input
 
 def test_a_killed_adaptive_run_resumes_to_the_same_rows(tmp_path, rates_input):
     cfg = _cfg(tmp_path, AdaptiveConfig(adaptive=True, k_max=24, delta=0.1, k_step=4))
-    full = estimate([rates_input], tmp_path / "full", cfg, sampler=ScriptedSampler(cfg.sampling, _by_rule), progress=False)
+    full = estimate([rates_input], tmp_path / "full", cfg, engine=ScriptedEngine(cfg.sampling, _by_rule), progress=False)
     with pytest.raises(KeyboardInterrupt):
-        estimate([rates_input], tmp_path / "est", cfg, sampler=ScriptedSampler(cfg.sampling, _by_rule, fail_after=15),
+        estimate([rates_input], tmp_path / "est", cfg, engine=ScriptedEngine(cfg.sampling, _by_rule, fail_after=15),
                  progress=False)
     # killed after 15 of the 20 rounds (chunk 0: 4 + 4, chunk 1: 6 + 6): chunk 1 cannot be finished
     parts = sorted(p.name for p in (tmp_path / "est" / "kept").glob("*.parquet"))
     assert parts in ([], ["part_000000.parquet"]) and not (tmp_path / "est" / "manifest.json").exists()
-    again = ScriptedSampler(cfg.sampling, _by_rule)
-    m = estimate([rates_input], tmp_path / "est", cfg, sampler=again, progress=False)
+    again = ScriptedEngine(cfg.sampling, _by_rule)
+    m = estimate([rates_input], tmp_path / "est", cfg, engine=again, progress=False)
     assert m.stats["this_run"]["chunks_already_done"] == len(parts) and m.rows_kept == full.rows_kept == 4
     assert len(again.rounds) == 20 - 8 * len(parts)  # a finished chunk is not sampled again
     cols = ["id", "k", "correct", "rounds", "stop_reason", "bucket_masses"]
@@ -253,7 +253,7 @@ def test_adaptive_estimation_with_the_store_prior(tmp_path):
     rule = lambda r: [f"\\boxed{{{r.prompt.split()[-1]}}}" if "always" in r.prompt else "\\boxed{-1}"  # noqa: E731
                       for _ in range(r.n or 4)]
     fixed_cfg = dataclasses.replace(_cfg(tmp_path, AdaptiveConfig()), store=str(store))
-    estimate([tmp_path / "seen"], tmp_path / "fixed", fixed_cfg, sampler=ScriptedSampler(fixed_cfg.sampling, rule),
+    estimate([tmp_path / "seen"], tmp_path / "fixed", fixed_cfg, engine=ScriptedEngine(fixed_cfg.sampling, rule),
              progress=False)
     new = tmp_path / "new.jsonl"
     # "Problem never0" again, its gold written another way: still its own problem, left out of the prior
@@ -263,7 +263,7 @@ def test_adaptive_estimation_with_the_store_prior(tmp_path):
     for prior, want_k in (("store", 4), ("jeffreys", 16)):
         seq = AdaptiveConfig(adaptive=True, delta=0.1, k_max=16, k_step=4, prior=prior)
         cfg = dataclasses.replace(_cfg(tmp_path, seq), store=str(store))
-        m = estimate([tmp_path / "new"], tmp_path / f"est_{prior}", cfg, sampler=ScriptedSampler(cfg.sampling, rule),
+        m = estimate([tmp_path / "new"], tmp_path / f"est_{prior}", cfg, engine=ScriptedEngine(cfg.sampling, rule),
                      progress=False)
         rows = read_table(tmp_path / f"est_{prior}" / "kept").to_pylist()
         assert [(r["k"], r["stop_reason"]) for r in rows] == [(want_k, "decided")] * 2
@@ -280,7 +280,7 @@ def test_adaptive_estimation_with_the_store_prior(tmp_path):
     # the prior is the folder's: a resumed run reads it back, a forced one fits it again (and a rerun is not refused)
     seq = AdaptiveConfig(adaptive=True, delta=0.1, k_max=16, k_step=4, prior="store")
     cfg = dataclasses.replace(_cfg(tmp_path, seq), store=str(store))
-    again = estimate([tmp_path / "new"], tmp_path / "est_store", cfg, sampler=ScriptedSampler(cfg.sampling, rule),
+    again = estimate([tmp_path / "new"], tmp_path / "est_store", cfg, engine=ScriptedEngine(cfg.sampling, rule),
                      progress=False, force=True)
     assert again.stats["sequential"]["prior"]["kind"] == "store"
 
@@ -299,7 +299,7 @@ def test_an_adaptive_round_that_times_out_is_graded_again_before_the_rule_sees_i
     cfg = dataclasses.replace(_cfg(tmp_path, AdaptiveConfig(adaptive=True, delta=0.4, k_max=8)), grader_timeout_s=1,
                               grader_workers=1)
     m = estimate([tmp_path / "ing"], tmp_path / "est", cfg,
-                 sampler=ScriptedSampler(cfg.sampling, lambda r: [slow] * (r.n or 4)), progress=False)
+                 engine=ScriptedEngine(cfg.sampling, lambda r: [slow] * (r.n or 4)), progress=False)
     row = read_table(tmp_path / "est" / "kept").to_pylist()[0]
     assert row["n_correct"] == row["k"] and row["outcomes"] == ["correct"] * row["k"]
     assert row["bucket_masses"] == pytest.approx(list(decide(row["k"], row["k"], cfg.sequential).masses), abs=1e-6)
@@ -335,10 +335,10 @@ def test_the_prior_lock_is_never_written_through_a_link(tmp_path):
     cfg = _cfg(tmp_path, AdaptiveConfig(adaptive=True, delta=0.1, k_max=8, k_step=4, prior="store"))
     cfg = dataclasses.replace(cfg, store=str(tmp_path / "store"))
     rule = lambda r: ["\\boxed{1}"] * (r.n or 4)  # noqa: E731
-    estimate([tmp_path / "in"], tmp_path / "est", cfg, sampler=ScriptedSampler(cfg.sampling, rule), progress=False)
+    estimate([tmp_path / "in"], tmp_path / "est", cfg, engine=ScriptedEngine(cfg.sampling, rule), progress=False)
     (tmp_path / "est" / ".prior.lock").unlink()
     (tmp_path / "est" / ".prior.lock").symlink_to(victim)
     with pytest.raises(GradusError, match="prior.lock"):  # the folder's check names it; the lock's own open refuses too
-        estimate([tmp_path / "in"], tmp_path / "est", cfg, sampler=ScriptedSampler(cfg.sampling, rule), progress=False,
+        estimate([tmp_path / "in"], tmp_path / "est", cfg, engine=ScriptedEngine(cfg.sampling, rule), progress=False,
                  force=True)
     assert victim.read_text() == "precious\n"

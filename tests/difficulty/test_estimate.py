@@ -14,7 +14,7 @@ import pytest
 from curate.core.runner import StageError
 from curate.core.shards import read_table
 from curate.difficulty import templates
-from curate.difficulty.engines import Completion, GenRequest, Sampler, SamplingConfig, sample_seed
+from curate.difficulty.engines import Completion, Engine, GenRequest, SamplingConfig, sample_seed
 from curate.difficulty.estimate import EstimateConfig, estimate, param_key, store_identity, template_fingerprint, wilson
 from curate.difficulty.grading import GRADER_VERSION
 from curate.pipeline import ingest
@@ -104,7 +104,7 @@ def test_templates():
         templates.render("fewshot", p)
 
 
-class ScriptedSampler(Sampler):
+class ScriptedEngine(Engine):
     """Answers from a script: problem id -> list of k response texts. ``fail_after`` simulates a crash."""
 
     backend = "scripted"
@@ -159,7 +159,7 @@ def _cfg(tmp_path, **kw):
 
 def test_estimate_scores_every_row_and_rejects_rows_without_gold(tmp_path, small_input):
     cfg = _cfg(tmp_path, keep_responses=True)
-    m = estimate([small_input], tmp_path / "est", cfg, sampler=ScriptedSampler(cfg.sampling, _script(4)), progress=False)
+    m = estimate([small_input], tmp_path / "est", cfg, engine=ScriptedEngine(cfg.sampling, _script(4)), progress=False)
     assert (m.rows_in, m.rows_kept, m.rows_rejected) == (11, 10, 1)
     assert m.rejected_by_reason == {"no_gold": 1}
     t = read_table(tmp_path / "est" / "kept").to_pylist()
@@ -182,22 +182,22 @@ def test_estimate_scores_every_row_and_rejects_rows_without_gold(tmp_path, small
     resp = read_table(tmp_path / "est" / "responses")
     assert resp.num_rows == 40 and set(resp["outcome"].to_pylist()) <= {"correct", "wrong"}
     # the same run again is a no-op
-    again = estimate([small_input], tmp_path / "est", cfg, sampler=ScriptedSampler(cfg.sampling, _script(4)), progress=False)
+    again = estimate([small_input], tmp_path / "est", cfg, engine=ScriptedEngine(cfg.sampling, _script(4)), progress=False)
     assert again.skipped
 
 
 def test_killed_run_resumes_without_duplicates_or_losses(tmp_path, small_input):
     cfg = _cfg(tmp_path, store=None)
-    full = estimate([small_input], tmp_path / "full", cfg, sampler=ScriptedSampler(cfg.sampling, _script(4)), progress=False)
-    first = ScriptedSampler(cfg.sampling, _script(4), fail_after=5)
+    full = estimate([small_input], tmp_path / "full", cfg, engine=ScriptedEngine(cfg.sampling, _script(4)), progress=False)
+    first = ScriptedEngine(cfg.sampling, _script(4), fail_after=5)
     with pytest.raises(KeyboardInterrupt):
-        estimate([small_input], tmp_path / "est", cfg, sampler=first, progress=False)
+        estimate([small_input], tmp_path / "est", cfg, engine=first, progress=False)
     # 5 problems were sampled before the kill: chunk 0 (rows 0-2) was finished and written, chunk 1 was not
     parts = sorted(p.name for p in (tmp_path / "est" / "kept").glob("*.parquet"))
     assert parts == ["part_000000.parquet"] and not (tmp_path / "est" / "manifest.json").exists()
     assert not list((tmp_path / "est").glob("*/*.tmp"))
-    second = ScriptedSampler(cfg.sampling, _script(4))
-    m = estimate([small_input], tmp_path / "est", cfg, sampler=second, progress=False)
+    second = ScriptedEngine(cfg.sampling, _script(4))
+    m = estimate([small_input], tmp_path / "est", cfg, engine=second, progress=False)
     assert m.stats["this_run"]["chunks_already_done"] == 1
     assert len(second.served) == 7  # rows 3..9; row 10 has no gold
     a = read_table(tmp_path / "est" / "kept").sort_by("id")
@@ -215,19 +215,19 @@ def test_a_run_split_into_shares_scores_what_one_process_scores(tmp_path, small_
     from curate.difficulty.estimate import EstimateError, Estimator, estimate_shared
 
     cfg = _cfg(tmp_path, store=None)
-    one = estimate([small_input], tmp_path / "one", cfg, sampler=ScriptedSampler(cfg.sampling, _script(4)), progress=False)
+    one = estimate([small_input], tmp_path / "one", cfg, engine=ScriptedEngine(cfg.sampling, _script(4)), progress=False)
     out = tmp_path / "shared"
     assert Estimator([small_input], out, cfg, progress=False).begin() is None
-    s0 = ScriptedSampler(cfg.sampling, _script(4))
+    s0 = ScriptedEngine(cfg.sampling, _script(4))
     share0 = Estimator([small_input], out, cfg, s0, progress=False).run_share(0, 3)
     assert sorted(p.name for p in (out / "kept").glob("*.parquet")) == ["part_000000.parquet", "part_000003.parquet"]
     assert len(s0.served) == 4  # chunk 0 (3 rows) and chunk 3 (row 9; row 10 has no gold)
     with pytest.raises(EstimateError, match="2 chunk"):  # shares 1 and 2 have not run
         Estimator([small_input], out, cfg, progress=False).finish_shares([share0])
-    s1 = ScriptedSampler(cfg.sampling, _script(4), fail_after=1)
+    s1 = ScriptedEngine(cfg.sampling, _script(4), fail_after=1)
     with pytest.raises(KeyboardInterrupt):  # killed inside its only chunk: nothing of it is on disk
         Estimator([small_input], out, cfg, s1, progress=False).run_share(1, 3)
-    shares = [share0] + [Estimator([small_input], out, cfg, ScriptedSampler(cfg.sampling, _script(4)),
+    shares = [share0] + [Estimator([small_input], out, cfg, ScriptedEngine(cfg.sampling, _script(4)),
                                    progress=False).run_share(w, 3) for w in (1, 2)]
     m = Estimator([small_input], out, cfg, progress=False).finish_shares(shares)
     assert (m.rows_in, m.rows_kept, m.rows_rejected) == (one.rows_in, one.rows_kept, one.rows_rejected) == (11, 10, 1)
@@ -239,31 +239,31 @@ def test_a_run_split_into_shares_scores_what_one_process_scores(tmp_path, small_
 
     assert hashes(out) == hashes(tmp_path / "one") and len(hashes(out)) == 4
     # the whole thing in one call, and a second call finds it complete
-    m2 = estimate_shared([small_input], tmp_path / "s2", cfg, 2, sampler=ScriptedSampler(cfg.sampling, _script(4)))
+    m2 = estimate_shared([small_input], tmp_path / "s2", cfg, 2, engine=ScriptedEngine(cfg.sampling, _script(4)))
     assert hashes(tmp_path / "s2") == hashes(tmp_path / "one") and not m2.skipped
-    assert estimate_shared([small_input], tmp_path / "s2", cfg, 2, sampler=ScriptedSampler(cfg.sampling, _script(4))).skipped
+    assert estimate_shared([small_input], tmp_path / "s2", cfg, 2, engine=ScriptedEngine(cfg.sampling, _script(4))).skipped
 
 
 def test_other_settings_in_the_same_folder_are_refused(tmp_path, small_input):
     cfg = _cfg(tmp_path)
-    first = ScriptedSampler(cfg.sampling, _script(4), fail_after=2)
+    first = ScriptedEngine(cfg.sampling, _script(4), fail_after=2)
     with pytest.raises(KeyboardInterrupt):
-        estimate([small_input], tmp_path / "est", cfg, sampler=first, progress=False)
+        estimate([small_input], tmp_path / "est", cfg, engine=first, progress=False)
     other = _cfg(tmp_path, template="r1")
     with pytest.raises(StageError, match="made with other settings"):
-        estimate([small_input], tmp_path / "est", other, sampler=ScriptedSampler(other.sampling, _script(4)), progress=False)
-    m = estimate([small_input], tmp_path / "est", other, sampler=ScriptedSampler(other.sampling, _script(4)),
+        estimate([small_input], tmp_path / "est", other, engine=ScriptedEngine(other.sampling, _script(4)), progress=False)
+    m = estimate([small_input], tmp_path / "est", other, engine=ScriptedEngine(other.sampling, _script(4)),
                  force=True, progress=False)
     assert m.rows_kept == 10
 
 
 def test_store_skips_problems_already_scored(tmp_path, small_input):
     cfg = _cfg(tmp_path)
-    estimate([small_input], tmp_path / "a", cfg, sampler=ScriptedSampler(cfg.sampling, _script(4)), progress=False)
+    estimate([small_input], tmp_path / "a", cfg, engine=ScriptedEngine(cfg.sampling, _script(4)), progress=False)
     seg = list((tmp_path / "store").rglob("*.parquet"))
     assert sum(pq.ParquetFile(p).metadata.num_rows for p in seg) == 10
-    again = ScriptedSampler(cfg.sampling, _script(4))
-    m = estimate([small_input], tmp_path / "b", cfg, sampler=again, progress=False)
+    again = ScriptedEngine(cfg.sampling, _script(4))
+    m = estimate([small_input], tmp_path / "b", cfg, engine=again, progress=False)
     assert again.served == [] and m.stats["this_run"]["store_hits"] == 10
     a, b = read_table(tmp_path / "a" / "kept").sort_by("id"), read_table(tmp_path / "b" / "kept").sort_by("id")
     assert a.equals(b)
@@ -271,8 +271,8 @@ def test_store_skips_problems_already_scored(tmp_path, small_input):
     assert sum(pq.ParquetFile(p).metadata.num_rows for p in (tmp_path / "store").rglob("*.parquet")) == 10
     # other sampling parameters miss the store
     cfg2 = _cfg(tmp_path, sampling=SamplingConfig(k=4, temperature=0.7, max_tokens=32, seed=0))
-    fresh = ScriptedSampler(cfg2.sampling, _script(4))
-    estimate([small_input], tmp_path / "c", cfg2, sampler=fresh, progress=False)
+    fresh = ScriptedEngine(cfg2.sampling, _script(4))
+    estimate([small_input], tmp_path / "c", cfg2, engine=fresh, progress=False)
     assert len(fresh.served) == 10
 
 
@@ -283,7 +283,7 @@ def test_truncated_response_without_answer_is_no_answer(tmp_path, small_input):
         gold = r.prompt.split("=")[-1].strip()
         return [f"we get {gold} ...", f"\\boxed{{{gold}}} and then ...", f"the answer is {gold}", "no idea"]
 
-    estimate([small_input], tmp_path / "est", cfg, sampler=ScriptedSampler(cfg.sampling, script), progress=False)
+    estimate([small_input], tmp_path / "est", cfg, engine=ScriptedEngine(cfg.sampling, script), progress=False)
     for row in read_table(tmp_path / "est" / "kept").to_pylist():
         assert row["outcomes"] == ["no_answer", "correct", "correct", "no_answer"]
         assert row["truncated"] == [True, True, False, False]
@@ -300,8 +300,8 @@ def test_prompt_too_long_is_rejected_with_reason(tmp_path, small_input):
 
     # "Compute qN = M" is 4 words
     cfg = _cfg(tmp_path, store=None, sampling=SamplingConfig(k=4, max_tokens=32, max_prompt_tokens=3))
-    sampler = ScriptedSampler(cfg.sampling, _script(4), tokenizer=WordTokenizer())
-    m = estimate([small_input], tmp_path / "est", cfg, sampler=sampler, progress=False)
+    sampler = ScriptedEngine(cfg.sampling, _script(4), tokenizer=WordTokenizer())
+    m = estimate([small_input], tmp_path / "est", cfg, engine=sampler, progress=False)
     assert m.rejected_by_reason == {"prompt_too_long": 10, "no_gold": 1} and m.rows_kept == 0
     rej = read_table(tmp_path / "est" / "rejected").to_pylist()
     assert all(r["reject_stage"] == "estimate" for r in rej)
@@ -313,13 +313,13 @@ def test_store_lookup_with_another_gold_samples_again(tmp_path, small_input):
     # Same problem texts (same ids), other gold answers: stored verdicts graded against the old golds say
     # nothing about the new ones. Before rows were keyed by problem + gold, all 10 were copied from the store.
     cfg = _cfg(tmp_path)
-    estimate([small_input], tmp_path / "a", cfg, sampler=ScriptedSampler(cfg.sampling, _script(4)), progress=False)
+    estimate([small_input], tmp_path / "a", cfg, engine=ScriptedEngine(cfg.sampling, _script(4)), progress=False)
     src = tmp_path / "fixed.jsonl"
     src.write_text("".join(f'{{"problem": "Compute q{i} = {i * 7}", "answer": "{i * 7 + 1}"}}\n' for i in range(10)))
     ingest(str(src), tmp_path / "fixed", adapter="generic")
     assert read_table(tmp_path / "fixed" / "kept")["id"].to_pylist() == read_table(small_input / "kept")["id"].to_pylist()[:10]
-    again = ScriptedSampler(cfg.sampling, _script(4))
-    m = estimate([tmp_path / "fixed"], tmp_path / "b", cfg, sampler=again, progress=False)
+    again = ScriptedEngine(cfg.sampling, _script(4))
+    m = estimate([tmp_path / "fixed"], tmp_path / "b", cfg, engine=again, progress=False)
     assert len(again.served) == 10 and m.stats["this_run"]["store_hits"] == 0
     # the script answers the number in the text, which is no longer the gold: nothing is correct now
     assert set(read_table(tmp_path / "b" / "kept")["n_correct"].to_pylist()) == {0}
@@ -329,20 +329,20 @@ def test_a_grader_change_reruns_the_stage_and_misses_the_store(tmp_path, small_i
     import curate.difficulty.estimate as est
 
     cfg = _cfg(tmp_path)
-    estimate([small_input], tmp_path / "a", cfg, sampler=ScriptedSampler(cfg.sampling, _script(4)), progress=False)
+    estimate([small_input], tmp_path / "a", cfg, engine=ScriptedEngine(cfg.sampling, _script(4)), progress=False)
     monkeypatch.setattr(est, "GRADER_VERSION", GRADER_VERSION + ";changed")
     # the finished stage is not "skipped" with the old verdicts: its identity names the grader
     with pytest.raises(StageError, match="made with other settings"):
-        estimate([small_input], tmp_path / "a", cfg, sampler=ScriptedSampler(cfg.sampling, _script(4)), progress=False)
-    fresh = ScriptedSampler(cfg.sampling, _script(4))
-    m = estimate([small_input], tmp_path / "a", cfg, sampler=fresh, force=True, progress=False)
+        estimate([small_input], tmp_path / "a", cfg, engine=ScriptedEngine(cfg.sampling, _script(4)), progress=False)
+    fresh = ScriptedEngine(cfg.sampling, _script(4))
+    m = estimate([small_input], tmp_path / "a", cfg, engine=fresh, force=True, progress=False)
     assert len(fresh.served) == 10 and m.stats["this_run"]["store_hits"] == 0  # the store key names the grader too
     assert m.config["grader_version"].endswith(";changed")
 
 
 def test_an_unresolved_model_revision_turns_the_store_off(tmp_path, small_input):
     cfg = _cfg(tmp_path, model_revision=None)  # the scripted model path does not exist: its revision cannot be resolved
-    m = estimate([small_input], tmp_path / "a", cfg, sampler=ScriptedSampler(cfg.sampling, _script(4)), progress=False)
+    m = estimate([small_input], tmp_path / "a", cfg, engine=ScriptedEngine(cfg.sampling, _script(4)), progress=False)
     assert m.stats["model_revision"] == "unresolved" and m.stats["store"].startswith("off")
     assert not list((tmp_path / "store").rglob("*.parquet"))
 
@@ -362,7 +362,7 @@ def test_timeouts_count_as_failures(tmp_path, small_input, monkeypatch):
         gold = r.prompt.split("=")[-1].strip()
         return [f"\\boxed{{{gold}}}", tower, "\\boxed{-1}", f"so \\boxed{{{gold}}}"]
 
-    m = estimate([small_input], tmp_path / "est", cfg, sampler=ScriptedSampler(cfg.sampling, script), progress=False)
+    m = estimate([small_input], tmp_path / "est", cfg, engine=ScriptedEngine(cfg.sampling, script), progress=False)
     rows = read_table(tmp_path / "est" / "kept").to_pylist()
     for row in rows:
         assert row["outcomes"] == ["correct", "timeout", "wrong", "correct"]
@@ -415,7 +415,7 @@ def test_samples_that_time_out_are_graded_again_at_the_end_of_the_stage(tmp_path
     cfg = _cfg(tmp_path, grader_timeout_s=1, sampling=SamplingConfig(k=2, temperature=1.0, max_tokens=32, seed=0),
                grader_workers=1)
     script = lambda r: [slow, slow] if "Expand" in r.prompt else [r"\boxed{42}", r"\boxed{41}"]  # noqa: E731
-    m = estimate([tmp_path / "ing"], tmp_path / "est", cfg, sampler=ScriptedSampler(cfg.sampling, script), progress=False)
+    m = estimate([tmp_path / "ing"], tmp_path / "est", cfg, engine=ScriptedEngine(cfg.sampling, script), progress=False)
     rows = {r["problem"]: r for r in read_table(tmp_path / "est" / "kept").to_pylist()}
     assert rows["Expand (x+y+z+w)^8."]["outcomes"] == ["correct", "correct"]
     assert rows["Expand (x+y+z+w)^8."]["pass_rate"] == 1.0

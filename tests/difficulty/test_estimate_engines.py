@@ -73,18 +73,18 @@ def _check(out, m, backend):
 
 @needs_vllm
 def test_vllm_cpu_end_to_end_and_reproducible(small_set, tmp_path):
-    from curate.difficulty.engines import VLLMSampler
+    from curate.difficulty.engines import VLLMEngine
     from curate.difficulty.models import resolve_model
 
     cfg = EstimateConfig(backend="vllm", template="chat", store=None, chunk_rows=2,
                          sampling=SamplingConfig(k=10, temperature=0.7, max_tokens=160, seed=0))
     path, name = resolve_model(None)
-    sampler = VLLMSampler(path, cfg.sampling, model_name=name)
-    m = estimate(small_set, tmp_path / "a", cfg, sampler=sampler, progress=False)
+    sampler = VLLMEngine(path, cfg.sampling, model_name=name)
+    m = estimate(small_set, tmp_path / "a", cfg, engine=sampler, progress=False)
     rows = _check(tmp_path / "a", m, "vllm")
     assert m.stats["this_run"]["tokens_per_s"] > 0
     # a second run with the same seed draws the same samples (per-sample seeds, any batching)
-    m2 = estimate(small_set, tmp_path / "b", replace(cfg, chunk_rows=3), sampler=sampler, progress=False)
+    m2 = estimate(small_set, tmp_path / "b", replace(cfg, chunk_rows=3), engine=sampler, progress=False)
     again = {r["id"]: r for r in read_table(tmp_path / "b" / "kept").to_pylist()}
     for r in rows:
         assert (again[r["id"]]["response_tokens"], again[r["id"]]["outcomes"]) == (r["response_tokens"], r["outcomes"])
@@ -105,7 +105,7 @@ def test_a_sleeping_vllm_engine_wakes_only_what_sleeps_by_name():
     # awake since the push too) and fail, so each wake names only what is still asleep. A recording stand-in for
     # vLLM's LLM: the bookkeeping is the logic under test, not vLLM.
     pytest.importorskip("torch")
-    from curate.difficulty.engines import EngineError, VLLMSampler
+    from curate.difficulty.engines import EngineError, VLLMEngine
 
     calls: list = []
 
@@ -122,7 +122,7 @@ def test_a_sleeping_vllm_engine_wakes_only_what_sleeps_by_name():
         def collective_rpc(self, method, kwargs):  # a vLLM whose reload_weights takes no iterator (before 0.32)
             raise TypeError(f"{method}() got an unexpected keyword argument 'weights_iterator'")
 
-    e = object.__new__(VLLMSampler)
+    e = object.__new__(VLLMEngine)
     e.llm, e.sleep_mode, e.sleeping, e.colocate = LLM(), True, set(), True
     e.wake()
     assert calls == []  # awake: nothing to wake

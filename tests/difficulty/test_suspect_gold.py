@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_estimate import ScriptedSampler
+from test_estimate import ScriptedEngine
 
 from curate.core.shards import read_table
 from curate.difficulty.engines import SamplingConfig
@@ -37,7 +37,7 @@ def test_changed_golds_are_flagged_by_the_samples_consensus(real_data, tmp_path)
 
     cfg = EstimateConfig(model="scripted", backend="vllm", template="none", store=None, model_revision="r", chunk_rows=4,
                          sampling=SamplingConfig(k=6, temperature=1.0, max_tokens=16, seed=0))
-    m = estimate([tmp_path / "in"], tmp_path / "est", cfg, sampler=ScriptedSampler(cfg.sampling, answer), progress=False)
+    m = estimate([tmp_path / "in"], tmp_path / "est", cfg, engine=ScriptedEngine(cfg.sampling, answer), progress=False)
     got = {r["problem"]: r for r in read_table(tmp_path / "est" / "kept").to_pylist()}
     for prob, r in got.items():
         if prob in changed:

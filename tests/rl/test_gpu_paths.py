@@ -84,13 +84,13 @@ def test_a_named_gpu_setting_without_a_gpu_is_refused_before_any_work(monkeypatc
 
 def test_an_engine_given_gpu_arguments_without_a_gpu_is_refused(monkeypatch):
     from curate.difficulty.devices import DeviceError
-    from curate.difficulty.engines import SamplingConfig, VLLMSampler
+    from curate.difficulty.engines import SamplingConfig, VLLMEngine
 
     _no_gpu_cuda_build(monkeypatch)
     with pytest.raises(DeviceError, match=r"^GPU settings given \(tensor_parallel_size\), but torch"):
-        VLLMSampler("unused", SamplingConfig(), tensor_parallel_size=2)
+        VLLMEngine("unused", SamplingConfig(), tensor_parallel_size=2)
     with pytest.raises(DeviceError, match="^device = cuda"):
-        VLLMSampler("unused", SamplingConfig(), device="cuda")
+        VLLMEngine("unused", SamplingConfig(), device="cuda")
 
 
 # ---- precision by what the GPU computes ----------------------------------------------------------------------------

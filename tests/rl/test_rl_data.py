@@ -9,7 +9,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from rl_stage.data import CurriculumSampler, DataError, inclusion_probabilities, systematic_pps
+from rl_stage.data import DataError
+from rl_stage.rollout import Group
+from rl_stage.samplers import CurriculumSampler, inclusion_probabilities, systematic_pps
 
 
 def _stage(d, name, n, n_correct, k=10):
@@ -70,11 +72,11 @@ def test_presets_resolve_with_overrides_and_unknown_names_are_listed(tmp_path):
     from rl_stage.trainer import TrainConfig
 
     d = TrainConfig(data=["x"], preset="dapo", max_tokens=100).resolved()
-    assert (d["advantage"], d["aggregation"], d["eps_low"], d["eps_high"]) == ("grpo", "token-mean", 0.2, 0.28)
-    assert (d["wrong_reward"], d["mini_batches"], d["dynamic_sampling"], d["overlong_buffer"]) == (-1.0, 16, True, 20)
+    assert (d.advantage, d.aggregation, d.eps_low, d.eps_high) == ("grpo", "token-mean", 0.2, 0.28)
+    assert (d.wrong_reward, d.mini_batches, d.dynamic_sampling, d.overlong_buffer) == (-1.0, 16, True, 20)
     d = TrainConfig(data=["x"], preset="dapo", eps_high=0.3, wrong_reward=0.0, mini_batches=2).resolved()
-    assert (d["eps_high"], d["wrong_reward"], d["mini_batches"]) == (0.3, 0.0, 2)
-    assert TrainConfig(data=["x"], preset="rloo").resolved()["aggregation"] == "seq-mean-token-sum"
+    assert (d.eps_high, d.wrong_reward, d.mini_batches) == (0.3, 0.0, 2)
+    assert TrainConfig(data=["x"], preset="rloo").resolved().aggregation == "seq-mean-token-sum"
     with pytest.raises(ValueError, match="valid: dapo, dr_grpo, grpo, rloo"):
         TrainConfig(data=["x"], preset="ppo").resolved()
     with pytest.raises(ValueError, match="valid: seq-mean-token-mean"):
@@ -179,7 +181,7 @@ def _fake_rounds(tmp_path, patterns, **kw):
 
     def fake_round(prompts, tag, cfg=None):
         pat = patterns[len(asked) - 1]
-        groups = [(i, (p, [1], []), [1.0 if x else -1.0 for x in c], c)
+        groups = [Group(i, p, [1], [], [1.0 if x else -1.0 for x in c], c)
                   for i, (p, c) in enumerate(zip(prompts, pat, strict=True))]
         return groups, 0, 0.0, 0.0
 
@@ -198,7 +200,7 @@ def test_dapo_dynamic_sampling_draws_full_generation_batches_until_the_batch_is_
     assert t.needs == [4, 3, 1]  # what the sampler was told is still missing (the curriculum sampler draws 4 anyway)
     assert (ro.gen_rounds, ro.groups_generated, len(ro.kept), ro.short) == (3, 12, 4, False)
     assert ro.dropped == 3 + 2 + 1  # flat groups, and groups of a prompt already kept (a batch holds distinct prompts)
-    assert len({g[0].id for g, _, _ in ro.kept}) == 4
+    assert len({g.prompt.id for g in ro.kept}) == 4
     assert ro.completions == 3 * 4 * 2  # every generated completion counts, dropped groups' too
 
 
@@ -240,4 +242,4 @@ def test_a_short_batch_from_a_pool_drawn_to_the_end_says_so_not_raise_max_gen_ba
 def _dapo_dual_clip():
     from rl_stage.trainer import TrainConfig
 
-    return TrainConfig(data=["x"], preset="dapo").resolved()["dual_clip"]
+    return TrainConfig(data=["x"], preset="dapo").resolved().dual_clip

@@ -1,4 +1,4 @@
-"""The signal sampler (rl_stage.sampler): prior, update, forgetting, the policy's drift, draws and resume, by hand."""
+"""The signal sampler (rl_stage.samplers.signal): prior, update, forgetting, the policy's drift, draws and resume, by hand."""
 
 from __future__ import annotations
 
@@ -10,7 +10,16 @@ import pyarrow.parquet as pq
 import pytest
 
 from rl_stage.data import DataError
-from rl_stage.sampler import FLAT_VAR, MAX_VAR, SignalSampler, difficulty_update, digamma, group_signal, offline_prior, trigamma
+from rl_stage.samplers.signal import (
+    FLAT_VAR,
+    MAX_VAR,
+    SignalSampler,
+    difficulty_update,
+    digamma,
+    group_signal,
+    offline_prior,
+    trigamma,
+)
 
 EULER = 0.5772156649015329
 

@@ -83,7 +83,7 @@ def _signal_whatever_is_sampled(monkeypatch) -> None:
     from rl_stage import rollout
 
     def rewards(self, groups):
-        r = [[float(i % 2 == 0) for i in range(len(comps))] for _, _, comps in groups]
+        r = [[float(i % 2 == 0) for i in range(len(g.completions))] for g in groups]
         return r, [[x == 1.0 for x in g] for g in r]
 
     monkeypatch.setattr(rollout.Rollouts, "rewards", rewards)
@@ -285,12 +285,12 @@ _PUSH = """
 import json, os, sys, torch
 os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = sys.argv[1]
 from transformers import AutoModelForCausalLM
-from curate.difficulty import GenRequest, SamplingConfig, VLLMSampler, resolve_model
+from curate.difficulty import GenRequest, SamplingConfig, VLLMEngine, resolve_model
 
 def main():
     path, name = resolve_model(None)
     cfg = SamplingConfig(k=1, temperature=0.0, max_tokens=8, max_prompt_tokens=64)
-    eng = VLLMSampler(path, cfg, model_name=name, colocate=True)
+    eng = VLLMEngine(path, cfg, model_name=name, colocate=True)
     assert os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
     ask = lambda: dict(eng.stream([GenRequest("q", "Count with me: one, two, three,", None, None, "q")]))["q"][0].text
     first = ask()

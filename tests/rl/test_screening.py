@@ -122,7 +122,7 @@ def _one_zero_in_every_call(monkeypatch) -> None:
     from rl_stage import rollout
 
     def rewards(self, groups):
-        r = [[float(i % 2 == 0) for i in range(len(comps))] for _, _, comps in groups]
+        r = [[float(i % 2 == 0) for i in range(len(g.completions))] for g in groups]
         return r, [[x == 1.0 for x in g] for g in r]
 
     monkeypatch.setattr(rollout.Rollouts, "rewards", rewards)
@@ -164,6 +164,7 @@ def test_a_screened_step_counts_every_completion_and_resumes_exactly(export_dir,
 def test_a_continued_group_is_the_group_an_unscreened_round_draws(export_dir, tmp_path):
     """vLLM seeds every sample from (seed, request key, sample index): the screen is samples 0..s-1, the rest s..G-1
     of the same key, so screening changes which groups are finished, never what a finished group holds."""
+    from rl_stage.rollout import request_key
     from rl_stage.trainer import Trainer
 
     t = Trainer(_cfg(export_dir, tmp_path / "v", rollout_backend="vllm", max_tokens=24))
@@ -174,8 +175,8 @@ def test_a_continued_group_is_the_group_an_unscreened_round_draws(export_dir, tm
         screen = t.rollouts.round(prompts, "s", n=2)[0]
         rest = t.rollouts.round(prompts[1:], "s", positions=[1], first=2, n=2)[0]
         # a held screen is finished in a later round: its own request key, whatever that round's tag and position
-        later = t.rollouts.round(prompts[1:], "later", keys=[f"s/1/{prompts[1].id}"], first=2, n=2)[0]
-        texts = lambda g: [c.text for c in g[1][2]]  # noqa: E731
+        later = t.rollouts.round(prompts[1:], "later", keys=[request_key("s", 1, prompts[1])], first=2, n=2)[0]
+        texts = lambda g: [c.text for c in g.completions]  # noqa: E731
         assert len(texts(whole[1])) == 4 and texts(whole[1]) == texts(screen[1]) + texts(rest[0])
         assert texts(later[0]) == texts(rest[0])
         assert len(set(texts(whole[1]))) > 1  # distinct samples, not one repeated

@@ -9,7 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from curate.difficulty.engines import EngineError, GenRequest, OpenAISampler, SamplingConfig, sample_seed
+from curate.difficulty.engines import EngineError, GenRequest, OpenAIEngine, SamplingConfig, sample_seed
 
 
 class Server:
@@ -55,7 +55,7 @@ def test_chat_request_retries_then_succeeds():
     srv = Server([(503, {"error": "busy"}), (429, {"error": "slow down"}), (200, ok)])
     try:
         cfg = SamplingConfig(k=3, temperature=0.8, top_p=0.9, max_tokens=64, seed=5)
-        s = OpenAISampler(srv.url, "my-model", cfg, api_key="sk-test", backoff_s=0.01)
+        s = OpenAIEngine(srv.url, "my-model", cfg, api_key="sk-test", backoff_s=0.01)
         req = GenRequest("p1", "What is 1+1?", messages=[{"role": "user", "content": "What is 1+1?"}])
         [(rid, comps)] = list(s.stream([req]))
     finally:
@@ -73,7 +73,7 @@ def test_chat_request_retries_then_succeeds():
 def test_text_completion_and_permanent_errors():
     srv = Server([(200, ok)])
     try:
-        s = OpenAISampler(srv.url + "/v1", "m", SamplingConfig(k=2), backoff_s=0.01)
+        s = OpenAIEngine(srv.url + "/v1", "m", SamplingConfig(k=2), backoff_s=0.01)
         [(_, comps)] = list(s.stream([GenRequest("q", "User: hi\nAssistant: <think>")]))
         assert srv.requests[-1][0] == "/v1/completions" and srv.requests[-1][1]["prompt"].endswith("<think>")
         assert [c.text for c in comps] == ["ans 0", "ans 1"]
@@ -81,7 +81,7 @@ def test_text_completion_and_permanent_errors():
         srv.close()
     bad = Server([(400, {"error": "prompt too long"})])
     try:
-        s = OpenAISampler(bad.url, "m", SamplingConfig(k=2), backoff_s=0.01)
+        s = OpenAIEngine(bad.url, "m", SamplingConfig(k=2), backoff_s=0.01)
         with pytest.raises(EngineError, match="HTTP 400"):
             list(s.stream([GenRequest("q", "x")]))
         assert len(bad.requests) == 1  # no retry on a permanent error
@@ -89,14 +89,14 @@ def test_text_completion_and_permanent_errors():
         bad.close()
     down = Server([(503, {"error": "down"})])
     try:
-        s = OpenAISampler(down.url, "m", SamplingConfig(k=2), backoff_s=0.01, max_retries=2)
+        s = OpenAIEngine(down.url, "m", SamplingConfig(k=2), backoff_s=0.01, max_retries=2)
         with pytest.raises(EngineError, match="gave up after 3 attempts"):
             list(s.stream([GenRequest("q", "x")]))
     finally:
         down.close()
     short = Server([(200, lambda b: {"choices": [{"index": 0, "text": "x", "finish_reason": "stop"}]})])
     try:
-        s = OpenAISampler(short.url, "m", SamplingConfig(k=2), backoff_s=0.01)
+        s = OpenAIEngine(short.url, "m", SamplingConfig(k=2), backoff_s=0.01)
         with pytest.raises(EngineError, match="asked for n=2 samples, got 1"):
             list(s.stream([GenRequest("q", "x")]))
     finally:

@@ -53,7 +53,7 @@ import numpy as np
 
 from rl_stage.data import DataError, Prompt, find_stages, load_rows
 
-SIGNALS = ("survival", "variance")
+GROUP_SIGNALS = ("survival", "variance")
 
 
 def _logit(p: np.ndarray) -> np.ndarray:
@@ -105,7 +105,7 @@ def group_signal(p: np.ndarray, group_size: int, signal: str = "survival") -> np
         return 1.0 - p**group_size - (1.0 - p) ** group_size
     if signal == "variance":
         return p * (1.0 - p)
-    raise DataError(f"sampler signal must be one of {', '.join(SIGNALS)}, not {signal!r}")
+    raise DataError(f"sampler signal must be one of {', '.join(GROUP_SIGNALS)}, not {signal!r}")
 
 
 def offline_prior(n_correct: np.ndarray, k: np.ndarray, strength: float) -> tuple[np.ndarray, np.ndarray]:
@@ -145,8 +145,8 @@ class SignalSampler:
     def __init__(self, paths: Sequence[str | Path], group_size: int, seed: int = 0, prior_strength: float = 4.0,
                  forget_sd: float = 0.1, drift_sd: float = 0.2, signal: str = "survival", use_prior: bool = True,
                  sharpen_sd: float = 0.1):
-        if signal not in SIGNALS:
-            raise DataError(f"sampler signal must be one of {', '.join(SIGNALS)}, not {signal!r}")
+        if signal not in GROUP_SIGNALS:
+            raise DataError(f"sampler signal must be one of {', '.join(GROUP_SIGNALS)}, not {signal!r}")
         if prior_strength < 0 or drift_sd < 0 or forget_sd < 0:
             raise DataError("sampler prior_strength, forget_sd and drift_sd must be >= 0")
         self.stages = [("pool", [f for _, fs in find_stages(paths) for f in fs])]
@@ -166,7 +166,7 @@ class SignalSampler:
         self.drawn: list[int] = []  # prompts drawn in the current step (not drawn again before end_step)
         self.rng = np.random.default_rng(seed)
 
-    # ---- the interface the trainer uses (shared with rl_stage.data.CurriculumSampler) ---------------------
+    # ---- the interface the trainer uses (shared with rl_stage.samplers.CurriculumSampler) ---------------------
     @property
     def size(self) -> int:
         return len(self.rows["id"])
