@@ -146,9 +146,16 @@ class TrainConfig:
             mini_batches=p.mini_batches if self.mini_batches is None else self.mini_batches,
             dynamic_sampling_metric=self.dynamic_sampling_metric, cite=p.cite)
 
+    def __post_init__(self) -> None:
+        self._validate()
+
     def check(self) -> None:
+        """Ready to train: the settings were checked at construction; a run needs data too (a flow sets it)."""
         if not self.data:
             raise TrainError("no training data: set `data` to gradus export folders")
+
+    def _validate(self) -> None:
+        """Every setting in its range, checked at construction (``data`` may still be empty: see ``check``)."""
         import math
 
         for name in ("lr", "max_grad_norm", "temperature", "weight_decay", "format_reward", "prior_strength"):

@@ -243,3 +243,15 @@ def _dapo_dual_clip():
     from rl_stage.trainer import TrainConfig
 
     return TrainConfig(data=["x"], preset="dapo").resolved().dual_clip
+
+
+def test_a_train_config_is_checked_when_it_is_made_and_the_data_when_a_run_starts():
+    from rl_stage.config import TrainConfig, TrainError
+
+    with pytest.raises(TrainError, match="lr must be > 0"):
+        TrainConfig(data=["x"], lr=0.0)
+    with pytest.raises(TrainError, match="temperature must be > 0"):
+        TrainConfig(temperature=0.0)  # no data yet (a flow sets it), the rest is checked all the same
+    cfg = TrainConfig()  # every default in range
+    with pytest.raises(TrainError, match="no training data"):
+        cfg.check()
