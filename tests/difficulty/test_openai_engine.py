@@ -14,7 +14,7 @@ from curate.difficulty.engines import EngineError, GenRequest, OpenAIEngine, Sam
 
 class Server:
     def __init__(self, script):
-        self.script = script  # list of (status, body) served in order; the last repeats
+        self.script = script  # list of (status, body[, headers]) served in order; the last repeats
         self.requests = []
         outer = self
 
@@ -22,9 +22,11 @@ class Server:
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 outer.requests.append((self.path, body, self.headers.get("Authorization")))
-                status, payload = outer.script[min(len(outer.requests) - 1, len(outer.script) - 1)]
+                status, payload, *headers = outer.script[min(len(outer.requests) - 1, len(outer.script) - 1)]
                 data = json.dumps(payload(body) if callable(payload) else payload).encode()
                 self.send_response(status)
+                for k, v in (headers[0] if headers else {}).items():
+                    self.send_header(k, v)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
@@ -101,3 +103,18 @@ def test_text_completion_and_permanent_errors():
             list(s.stream([GenRequest("q", "x")]))
     finally:
         short.close()
+
+
+def test_a_retry_waits_what_the_servers_retry_after_says_not_the_backoff():
+    import time
+
+    srv = Server([(429, {"error": "slow down"}, {"Retry-After": "0.2"}), (200, ok)])
+    try:
+        s = OpenAIEngine(srv.url, "m", SamplingConfig(k=2), backoff_s=30.0)  # a backoff of 30 s would time the test out
+        t = time.perf_counter()
+        [(_, comps)] = list(s.stream([GenRequest("q", "x")]))
+        waited = time.perf_counter() - t
+    finally:
+        srv.close()
+    assert len(comps) == 2 and s.stats == {"requests": 1, "retries": 1}
+    assert 0.2 <= waited < 5
