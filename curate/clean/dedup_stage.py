@@ -78,157 +78,189 @@ def dedup_stage(inputs: list[Path], out: Path, cfg: DedupConfig | None = None, f
     (``curate.clean.dedup_disk``); ``memory`` holds every row's signature. Both decide every row alike, so the
     engine (and ``workers``) are not part of the stage's identity."""
     cfg = cfg or DedupConfig()
+    return run_stage("dedup", out, input_entries(inputs), _dedup_config(cfg),
+                     lambda run: _dedup(run, inputs, out, cfg), force=force, input_folders=inputs)
+
+
+def _dedup(run: StageRun, inputs: list[Path], out: Path, cfg: DedupConfig) -> None:
+    """The stage's body: the pairs, what each pair shares, the clusters and each row's fate, then one pass that
+    writes every row kept or rejected. Each step's arrays are dropped as soon as the next no longer needs them (at 10M
+    rows each is tens of MB), and what they freed is handed back (``trim_memory``) before the next is read."""
+    dirs = kept_dirs(inputs)
+    work = out / WORK
+    u, v, agree, strict, groups, mixed, rows, dropping = _pairs(run, dirs, work, cfg)
+    n = rows.n
+    # the rows that have a pair (a group's first row stands for the group), and each pair's rows as node numbers
+    nodes, (cu, cv) = marked_places(n, u, v)  # ``nodes[cu]``: at 10M rows without copies 5.8M pairs, 23 MB each
+    del u, v
+    # the nodes' columns are read one at a time, each dropped once used (at 10M rows, 40-60 MB each)
+    with run.timed("pairs"):
+        year = rows.columns(nodes, ["year"])["year"]
+        same_year = _equal_at(year, cu, cv) & (year >= 0)[cu]  # ``same_years``, without gathered copies
+        del year
+        trim_memory()  # what the pairs' places and the years took and freed goes back before the golds are read
+        loose = loose_pairs(agree, strict, same_year, nodes[cu], rows.columns, cfg, bound=n)
+        del same_year, agree
+        trim_memory()  # each column read leaves freed pieces behind: they go back before the next is read
+        idh = rows.columns(nodes, ["idh"])["idh"]
+        same_statement = _equal_at(idh, cu, cv)
+        stmt = rows.columns(nodes, ["stmt"])["stmt"]
+        same_statement |= _equal_at(stmt, cu, cv)
+        del stmt
+        trim_memory()
+    with run.timed("golds"):
+        same, differ = _same_golds(run, rows, nodes, cu, cv, strict | loose | same_statement, cfg)
+    with run.timed("clusters"):
+        grouped = np.zeros(len(nodes), bool) if mixed is None else ~np.isin(idh, mixed)  # stands for its id
+        ranks, best = rows.columns(nodes, ["rank"])["rank"], nodes.copy()  # written below
+        if not ranks.flags.writeable:  # the memory engine's column is arrow's
+            ranks = ranks.copy()
+        at = np.searchsorted(groups["idh"], idh)
+        by_id = grouped & (at < len(groups))  # the nodes that stand for an exact group (``_Decided``)
+        by_id[by_id] = groups["idh"][at[by_id]] == idh[by_id]
+        ranks[by_id], best[by_id] = groups["rank"][at[by_id]], groups["best"][at[by_id]]
+        del at
+        trim_memory()  # what the columns' reads and the pairs' tests freed (175 MB at 10M rows without copies)
+        rep_c, kind = clusters(len(nodes), cu, cv, strict, loose, same, differ, same_statement, idh, ranks, cfg,
+                               tiebreak=best)
+        del strict, loose, same, ranks
+    conflicts = _conflict_clusters(rep_c, cu, cv, differ, same_statement, nodes, best, grouped, rows, cfg)
+    # the pairs go before the decisions are gathered (each step's arrays are tens of MB at 10M rows)
+    del cu, cv, same_statement, differ, grouped
+    with run.timed("clusters"):
+        in_group = None
+        if len(groups):  # the disk engine's groups: their first rows and the rows those stand for
+            in_group = rows.stands_in.copy()
+            in_group[groups["first"]] = True
+        decided = _Decided(nodes, by_id, best[rep_c], idh[rep_c], kind == 3, idh, groups, in_group)
+        del nodes, idh, best, by_id, rep_c, kind, in_group
+    counts, clusters_with_copies = _write(run, dirs, decided, rows, _conflict_details(conflicts), n)
+    run.extra["dedup"] = {
+        "clusters_with_duplicates": clusters_with_copies,
+        "exact_duplicates": counts[1],
+        "near_duplicates": counts[2],
+        "gold_conflict_rows": int(sum(len(c["rows"]) for c in conflicts)),
+        "gold_conflict_clusters": len(conflicts),
+    }
+    run.extra["gold_conflicts"] = conflicts[:500]
+    getattr(rows, "close", lambda: None)()  # its mapped work files
+    if dropping is not None:
+        dropping.join()
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def _pairs(run: StageRun, dirs: list[Path], work: Path, cfg: DedupConfig):
+    """Every candidate pair, by the configured engine: (u, v, agree, strict) of ``candidate_pairs``, the disk engine's
+    exact groups and the ids of theirs paired by row (none for the memory engine, which pairs every row itself), the
+    rows' columns (``_MemoryRows`` or the disk engine's work files) and the deletion of the files only the pairs read."""
+    prio = {s: i for i, s in enumerate(cfg.source_priority)}
+    if cfg.engine == "memory":
+        with run.timed("signatures"):
+            (u, v, agree, strict), rows = _memory_pairs(dirs, cfg, prio)
+        return u, v, agree, strict, np.zeros(0, dedup_disk.GROUP), None, rows, None
+    shards = [p for d in dirs for p in shard_paths(d)]
+    size = dedup_disk.pool_size(len(shards), cfg.workers)
+    with worker_pool(size, preload=FORK_SERVER) as pool:  # the per-shard steps
+        with run.timed("signatures"):
+            w = dedup_disk.build(shards, work, cfg, prio, pool)
+    trim_memory()  # the first steps' arrays: the pairs' sets take their place
+    # the bands and the judge in new processes (forked from the same warm fork server, its modules and
+    # compiled loops loaded): a process that built signatures keeps 150-200 MB of that step's pages however
+    # its heaps are trimmed (at 10M rows without copies a band job then peaked at 595 MB in such a process,
+    # 402 MB in a new one). Each band job ends trimming what it freed, so the next starts from that.
+    with worker_pool(size, preload=FORK_SERVER) as pool:
+        with run.timed("pairs"):
+            u, v, agree, strict, groups, mixed = dedup_disk.pairs(w, pool)
+    dropping = dedup_disk.drop_pair_inputs(w)  # what only the pairs read goes, beside the steps below
+    trim_memory()
+    run.extra["dedup_work"] = {"shards": len(w.rows), "key_ranges_per_band": w.parts,
+                               "id_groups": int(len(groups)), "id_groups_paired_by_row": int(len(mixed)),
+                               "rows_with_signatures": int(sum(w.entries)) if cfg.near else 0}
+    return u, v, agree, strict, groups, mixed, w, dropping
+
+
+def _same_golds(run: StageRun, rows, nodes: np.ndarray, cu: np.ndarray, cv: np.ndarray, asked: np.ndarray,
+                cfg: DedupConfig) -> tuple[np.ndarray, np.ndarray]:
+    """(same, differ) per pair: equal normalized answers are the same; of the ``asked`` pairs whose answers are
+    written differently, math-verify decides ("073" is 73); a pair it cannot decide is neither."""
     from curate.difficulty.grading import GradingPool
 
-    def body(run: StageRun) -> None:
-        dirs = kept_dirs(inputs)
-        prio = {s: i for i, s in enumerate(cfg.source_priority)}
-        work = out / WORK
-        groups, mixed = np.zeros(0, dedup_disk.GROUP), None  # the memory engine pairs every row itself
-        dropping = None  # the disk engine's deletion of the files only its pairs read (``drop_pair_inputs``)
-        if cfg.engine == "memory":
-            with run.timed("signatures"):
-                (u, v, agree, strict), rows = _memory_pairs(dirs, cfg, prio)
-        else:
-            shards = [p for d in dirs for p in shard_paths(d)]
-            size = dedup_disk.pool_size(len(shards), cfg.workers)
-            with worker_pool(size, preload=FORK_SERVER) as pool:  # the per-shard steps
-                with run.timed("signatures"):
-                    w = dedup_disk.build(shards, work, cfg, prio, pool)
-            trim_memory()  # the first steps' arrays: the pairs' sets take their place
-            # the bands and the judge in new processes (forked from the same warm fork server, its modules and
-            # compiled loops loaded): a process that built signatures keeps 150-200 MB of that step's pages however
-            # its heaps are trimmed (at 10M rows without copies a band job then peaked at 595 MB in such a process,
-            # 402 MB in a new one). Each band job ends trimming what it freed, so the next starts from that.
-            with worker_pool(size, preload=FORK_SERVER) as pool:
-                with run.timed("pairs"):
-                    u, v, agree, strict, groups, mixed = dedup_disk.pairs(w, pool)
-            dropping = dedup_disk.drop_pair_inputs(w)  # what only the pairs read goes, beside the steps below
-            trim_memory()
-            rows = w
-            run.extra["dedup_work"] = {"shards": len(w.rows), "key_ranges_per_band": w.parts,
-                                       "id_groups": int(len(groups)), "id_groups_paired_by_row": int(len(mixed)),
-                                       "rows_with_signatures": int(sum(w.entries)) if cfg.near else 0}
-        n = rows.n
-        # the rows that have a pair (a group's first row stands for the group), and each pair's rows as node numbers
-        nodes, (cu, cv) = marked_places(n, u, v)  # ``nodes[cu]``: at 10M rows without copies 5.8M pairs, 23 MB each
-        del u, v
-        # the nodes' columns are read one at a time, each dropped once used (at 10M rows, 40-60 MB each)
-        with run.timed("pairs"):
-            year = rows.columns(nodes, ["year"])["year"]
-            same_year = _equal_at(year, cu, cv) & (year >= 0)[cu]  # ``same_years``, without gathered copies
-            del year
-            trim_memory()  # what the pairs' places and the years took and freed goes back before the golds are read
-            loose = loose_pairs(agree, strict, same_year, nodes[cu], rows.columns, cfg, bound=n)
-            del same_year, agree
-            trim_memory()  # each column read leaves freed pieces behind: they go back before the next is read
-            idh = rows.columns(nodes, ["idh"])["idh"]
-            same_statement = _equal_at(idh, cu, cv)
-            stmt = rows.columns(nodes, ["stmt"])["stmt"]
-            same_statement |= _equal_at(stmt, cu, cv)
-            del stmt
-            trim_memory()
-        with run.timed("golds"):
-            ans = rows.columns(nodes, ["ans"])["ans"]
-            same = _equal_at(ans, cu, cv)
-            del ans
-            differ = ~same
-            todo = np.flatnonzero(~same & (strict | loose | same_statement))
-            if len(todo):  # golds written differently: math-verify decides ("073" is 73); None decides nothing
-                gu, gv = rows.columns(nodes[cu[todo]], ["gold"])["gold"], rows.columns(nodes[cv[todo]], ["gold"])["gold"]
-                with GradingPool(timeout_s=cfg.gold_timeout_s) as graders:
-                    verdict = graders.same_answer(list(zip(gu.tolist(), gv.tolist(), strict=True)))
-                same[todo] = [x is True for x in verdict]
-                differ[todo] = [x is False for x in verdict]
-                run.extra["gold_compare"] = {"pairs": int(len(todo)), "same": int(sum(x is True for x in verdict)),
-                                             "undecided": int(sum(x is None for x in verdict))}
-        with run.timed("clusters"):
-            grouped = np.zeros(len(nodes), bool) if mixed is None else ~np.isin(idh, mixed)  # stands for its id
-            ranks, best = rows.columns(nodes, ["rank"])["rank"], nodes.copy()  # written below
-            if not ranks.flags.writeable:  # the memory engine's column is arrow's
-                ranks = ranks.copy()
-            at = np.searchsorted(groups["idh"], idh)
-            by_id = grouped & (at < len(groups))  # the nodes that stand for an exact group (``_Decided``)
-            by_id[by_id] = groups["idh"][at[by_id]] == idh[by_id]
-            ranks[by_id], best[by_id] = groups["rank"][at[by_id]], groups["best"][at[by_id]]
-            del at
-            trim_memory()  # what the columns' reads and the pairs' tests freed (175 MB at 10M rows without copies)
-            rep_c, kind = clusters(len(nodes), cu, cv, strict, loose, same, differ, same_statement, idh, ranks, cfg,
-                                   tiebreak=best)
-            del strict, loose, same, ranks
-        conflicts = _conflict_clusters(rep_c, cu, cv, differ, same_statement, nodes, best, grouped, rows, cfg)
-        # the pairs go before the decisions are gathered (each step's arrays are tens of MB at 10M rows)
-        del cu, cv, same_statement, differ, todo, grouped
-        with run.timed("clusters"):
-            in_group = None
-            if len(groups):  # the disk engine's groups: their first rows and the rows those stand for
-                in_group = rows.stands_in.copy()
-                in_group[groups["first"]] = True
-            decided = _Decided(nodes, by_id, best[rep_c], idh[rep_c], kind == 3, idh, groups, in_group)
-            del nodes, idh, best, by_id, rep_c, kind, in_group
-        detail_of = {}
-        for c in conflicts:
-            text = (f"kept {c['kept']}; " if c["kept"] else "") + "answers: " + " | ".join(
-                f"{r['answer']} ({r['source']} {r['source_id']})" for r in c["rows"])
-            for r in c["rows"]:
-                detail_of[r["row"]] = text[:500]
-        # the content ids of the rows kept for rows with another id (a row's own id otherwise)
-        rep_rows = decided.foreign_reps()
-        trim_memory()  # what the clusters took and freed goes back before the ids are read
-        rep_ids = pa.array(rows.columns(rep_rows, ["id"])["id"], pa.string())
-        trim_memory()  # the pass below needs the decisions only: what the pairs and the nodes' columns took goes back
-        conflict_rows = np.array(sorted(detail_of), np.int64)
-        reason_names = pa.array(["", "dedup_exact", "dedup_near", "gold_conflict"])
-        start = 0
-        counts = {1: 0, 2: 0}
-        reps: list[np.ndarray] = []
-        for d in dirs:
-            for t in iter_batches(d):
-                m = t.num_rows
-                rep, k = decided.rows(start, m, rows.ids)
-                cluster = t["id"].combine_chunks()  # a row's own id, unless it is merged into a row of another id
-                other = (k >= 2) & (rep != np.arange(start, start + m))
-                if other.any() and len(rep_rows):
-                    pos = search(rep_rows, rep[other])
-                    known = rep_rows[pos] == rep[other]
-                    index = np.arange(m)
-                    index[np.flatnonzero(other)[known]] = m + np.arange(int(known.sum()))
-                    cluster = pa.concat_arrays([cluster, rep_ids.take(pa.array(pos[known]))]).take(pa.array(index))
-                t = t.set_column(t.schema.get_field_index("dedup_cluster"), "dedup_cluster", cluster)
-                dup = k > 0
-                for x in (1, 2):
-                    counts[x] += int((k == x).sum())
-                reps.append(rep[(k == 1) | (k == 2)])
-                if sum(len(x) for x in reps) > 2 * len(reps[0]) + 1_000_000:  # held: the clusters, not the rows
-                    reps = [unique(np.concatenate(reps))]
-                rej = t.filter(pa.array(dup))
-                reasons = reason_names.take(pa.array(k[dup]))
-                details = pc.binary_join_element_wise("kept ", rej["dedup_cluster"], "")
-                at = np.flatnonzero(dup) + start
-                listed = np.isin(at, conflict_rows)
-                if listed.any():  # a conflict's rows say which answers disagree
-                    details = details.to_pylist()
-                    for i in np.flatnonzero(listed).tolist():
-                        details[i] = detail_of[int(at[i])]
-                start += m
-                run.emit(keep_rows(t, pa.array(~dup), rej),
-                         reject_table(rej, "dedup", reasons, details) if rej.num_rows else None)
-        if start != n:
-            raise StageError(f"dedup: the second pass read {start} rows, the first {n}: the input changed during the run")
-        run.extra["dedup"] = {
-            "clusters_with_duplicates": int(len(unique(np.concatenate(reps)))) if reps else 0,
-            "exact_duplicates": counts[1],
-            "near_duplicates": counts[2],
-            "gold_conflict_rows": int(sum(len(c["rows"]) for c in conflicts)),
-            "gold_conflict_clusters": len(conflicts),
-        }
-        run.extra["gold_conflicts"] = conflicts[:500]
-        getattr(rows, "close", lambda: None)()  # its mapped work files
-        if dropping is not None:
-            dropping.join()
-        shutil.rmtree(work, ignore_errors=True)
+    ans = rows.columns(nodes, ["ans"])["ans"]
+    same = _equal_at(ans, cu, cv)
+    del ans
+    differ = ~same
+    todo = np.flatnonzero(~same & asked)
+    if len(todo):
+        gu, gv = rows.columns(nodes[cu[todo]], ["gold"])["gold"], rows.columns(nodes[cv[todo]], ["gold"])["gold"]
+        with GradingPool(timeout_s=cfg.gold_timeout_s) as graders:
+            verdict = graders.same_answer(list(zip(gu.tolist(), gv.tolist(), strict=True)))
+        same[todo] = [x is True for x in verdict]
+        differ[todo] = [x is False for x in verdict]
+        run.extra["gold_compare"] = {"pairs": int(len(todo)), "same": int(sum(x is True for x in verdict)),
+                                     "undecided": int(sum(x is None for x in verdict))}
+    return same, differ
 
-    return run_stage("dedup", out, input_entries(inputs), _dedup_config(cfg), body, force=force, input_folders=inputs)
+
+def _conflict_details(conflicts: list[dict]) -> dict[int, str]:
+    """Row -> the rejection detail of a gold conflict's rows: the row kept, if any, and which answers disagree."""
+    detail_of = {}
+    for c in conflicts:
+        text = (f"kept {c['kept']}; " if c["kept"] else "") + "answers: " + " | ".join(
+            f"{r['answer']} ({r['source']} {r['source_id']})" for r in c["rows"])
+        for r in c["rows"]:
+            detail_of[r["row"]] = text[:500]
+    return detail_of
+
+
+def _write(run: StageRun, dirs: list[Path], decided: _Decided, rows, detail_of: dict[int, str],
+           n: int) -> tuple[dict[int, int], int]:
+    """The second pass: every input row, in order, kept (its ``dedup_cluster`` the content id of the row it stands
+    for) or rejected with its kind and the row it was merged into. Returns the exact and near duplicates counted and
+    the number of clusters that had copies."""
+    # the content ids of the rows kept for rows with another id (a row's own id otherwise)
+    rep_rows = decided.foreign_reps()
+    trim_memory()  # what the clusters took and freed goes back before the ids are read
+    rep_ids = pa.array(rows.columns(rep_rows, ["id"])["id"], pa.string())
+    trim_memory()  # the pass below needs the decisions only: what the pairs and the nodes' columns took goes back
+    conflict_rows = np.array(sorted(detail_of), np.int64)
+    reason_names = pa.array(["", "dedup_exact", "dedup_near", "gold_conflict"])
+    start = 0
+    counts = {1: 0, 2: 0}
+    reps: list[np.ndarray] = []
+    for d in dirs:
+        for t in iter_batches(d):
+            m = t.num_rows
+            rep, k = decided.rows(start, m, rows.ids)
+            cluster = t["id"].combine_chunks()  # a row's own id, unless it is merged into a row of another id
+            other = (k >= 2) & (rep != np.arange(start, start + m))
+            if other.any() and len(rep_rows):
+                pos = search(rep_rows, rep[other])
+                known = rep_rows[pos] == rep[other]
+                index = np.arange(m)
+                index[np.flatnonzero(other)[known]] = m + np.arange(int(known.sum()))
+                cluster = pa.concat_arrays([cluster, rep_ids.take(pa.array(pos[known]))]).take(pa.array(index))
+            t = t.set_column(t.schema.get_field_index("dedup_cluster"), "dedup_cluster", cluster)
+            dup = k > 0
+            for x in (1, 2):
+                counts[x] += int((k == x).sum())
+            reps.append(rep[(k == 1) | (k == 2)])
+            if sum(len(x) for x in reps) > 2 * len(reps[0]) + 1_000_000:  # held: the clusters, not the rows
+                reps = [unique(np.concatenate(reps))]
+            rej = t.filter(pa.array(dup))
+            reasons = reason_names.take(pa.array(k[dup]))
+            details = pc.binary_join_element_wise("kept ", rej["dedup_cluster"], "")
+            at = np.flatnonzero(dup) + start
+            listed = np.isin(at, conflict_rows)
+            if listed.any():  # a conflict's rows say which answers disagree
+                details = details.to_pylist()
+                for i in np.flatnonzero(listed).tolist():
+                    details[i] = detail_of[int(at[i])]
+            start += m
+            run.emit(keep_rows(t, pa.array(~dup), rej),
+                     reject_table(rej, "dedup", reasons, details) if rej.num_rows else None)
+    if start != n:
+        raise StageError(f"dedup: the second pass read {start} rows, the first {n}: the input changed during the run")
+    return counts, int(len(unique(np.concatenate(reps)))) if reps else 0
 
 
 def _equal_at(x: np.ndarray, u: np.ndarray, v: np.ndarray, step: int = 1 << 20) -> np.ndarray:
