@@ -213,7 +213,20 @@ python -m openrlhf.cli.train_ppo_ray --prompt_data <this folder>/data --input_ke
 def render_body(card: dict, plots: list[str], with_data: bool = True) -> str:
     """The Markdown body: every number comes from ``card``. ``with_data``: the card lies with its data (its header
     points at the files); else it says where the data and the card to publish are."""
-    p = []
+    p = _head(card, with_data)
+    for key, section in SECTIONS:
+        if card.get(key):
+            p += section(card)
+    if plots:
+        p.append("## Plots\n")
+        p += [f"![{Path(x).stem}]({x})\n" for x in plots]
+    p += _provenance(card)
+    return "\n".join(p)
+
+
+def _head(card: dict, with_data: bool) -> list[str]:
+    """The title, where the figures come from, and (with the data) how to use it, or where the data lies."""
+    p: list[str] = []
     name = card["name"]
     rows = card.get("curriculum", {}).get("rows") or card.get("final_set", {}).get("rows")
     p.append(f"# {name}\n")
@@ -229,142 +242,199 @@ def render_body(card: dict, plots: list[str], with_data: bool = True) -> str:
         c = card["curriculum"]
         p.append("## Use it\n")
         p.append(use_it(c["format"] or "parquet", c["template"]))
-    if card.get("sources"):
-        p.append("## Sources\n")
-        p.append(_table(["source", "rows in", "after ingest", "in the clean set", "license"],
-                        [[s, v["in"], v["after_ingest"], v["final"], v["license"]] for s, v in card["sources"].items()]))
-        pins = [r for v in card["sources"].values() for r in v.get("revisions", [])]
-        if pins:
-            p.append("\nRead from the Hub at these commits: " + "; ".join(f"`{r['source']}` at `{r['commit']}`"
-                                                                         for r in pins) + ".")
+    return p
+
+
+def _sources(card: dict) -> list[str]:
+    """Each source's rows through the pipeline, its license and the commit it was read at."""
+    p: list[str] = []
+    p.append("## Sources\n")
+    p.append(_table(["source", "rows in", "after ingest", "in the clean set", "license"],
+                    [[s, v["in"], v["after_ingest"], v["final"], v["license"]] for s, v in card["sources"].items()]))
+    pins = [r for v in card["sources"].values() for r in v.get("revisions", [])]
+    if pins:
+        p.append("\nRead from the Hub at these commits: " + "; ".join(f"`{r['source']}` at `{r['commit']}`"
+                                                                     for r in pins) + ".")
+    p.append("")
+    return p
+
+
+def _waterfall(card: dict) -> list[str]:
+    """The rows each stage removed, by reason, with two examples of each."""
+    p: list[str] = []
+    p.append("## Filter waterfall\n")
+    p.append("Rows removed by each stage, in pipeline order; every removed row is kept in that stage's `rejected/` "
+             "shards with its reason. In = out + removed holds at every step.\n")
+    rows_ = []
+    for s in card["waterfall"]:
+        rows_.append([f"**{s['stage']}**", s["rows_in"], "", s["rows_out"]])
+        for r, n in sorted(s["removed"].items(), key=lambda kv: -kv[1]):
+            rows_.append(["", "", f"{r}: {n:,}", ""])
+    p.append(_table(["stage", "rows in", "removed", "rows out"], rows_))
+    p.append("")
+    ex = [(s["stage"], r, e) for s in card["waterfall"] for r, es in s["examples"].items() for e in es]
+    if ex:
+        p.append("<details><summary>Two examples of each reason</summary>\n")
+        p.append(_table(["stage", "reason", "source", "problem (start)", "gold", "detail"],
+                        [[st, r, e["source"], e["problem"][:160], e["answer"], e["detail"] or ""] for st, r, e in ex]))
+        p.append("\n</details>\n")
+    return p
+
+
+def _duplicates(card: dict) -> list[str]:
+    """The copies removed, the clusters, and the problems whose golds disagree."""
+    p: list[str] = []
+    d = card["duplicates"]
+    p.append("## Duplicates\n")
+    sizes = ", ".join(f"{n:,} of {k}" for k, n in d["cluster_sizes"].items()) or "none"
+    p.append(f"{d['exact']:,} exact and {d['near']:,} near duplicates removed, in {d['clusters']:,} clusters "
+             f"(clusters by size: {sizes}). The copy kept came from: {_kv(d['kept_copy_from_source'])}.\n")
+    g = d.get("gold_conflicts") or {}
+    if g.get("clusters"):
+        fate = "none of their rows is kept" if g["policy"] == "drop" else "their best-ranked row is kept"
+        many = g["clusters"] != 1
+        p.append(f"\n**Gold conflicts.** {g['clusters']:,} problem{'s' if many else ''} appear{'' if many else 's'} "
+                 "with golds that math-verify finds "
+                 f"different ({g['rows']:,} rows); {fate} (`dedup.conflicts`). The first "
+                 f"{min(30, len(g['list']))}:\n")
+        p.append(_table(["golds", "rows (source id: gold)"],
+                        [[" / ".join(c["answers"]), "; ".join(f"{r['source']} {r['source_id']}: {r['answer']}"
+                                                               for r in c["rows"])] for c in g["list"][:30]]) + "\n")
+    return p
+
+
+def _contamination(card: dict) -> list[str]:
+    """The rows removed as copies of benchmark items, with the first matches."""
+    p: list[str] = []
+    c = card["contamination"]
+    p.append("## Contamination\n")
+    p.append(f"Checked against {', '.join(f'{b} ({n} items)' for b, n in c['benchmark_items'].items())} "
+             f"with {c['rule']['ngram']}-grams. Removed per benchmark: {_kv(c['by_benchmark'])}; by kind of "
+             f"match: {_kv(c['by_kind'])}.\n")
+    if c["matches"]:
+        total = sum(c["by_kind"].values())
+        p.append(f"The first {min(30, total)} of {total:,} matched pairs (up to {len(c['matches'])} are in `card.json`, "
+                 "all in the decontam stage's `rejected/` shards):\n")
+        p.append(_table(["row id", "source", "benchmark", "benchmark item", "match"],
+                        [[m["id"], m["source"], m["benchmark"], m["benchmark_item"], m["match"]] for m in c["matches"][:30]]))
         p.append("")
-    if card.get("waterfall"):
-        p.append("## Filter waterfall\n")
-        p.append("Rows removed by each stage, in pipeline order; every removed row is kept in that stage's `rejected/` "
-                 "shards with its reason. In = out + removed holds at every step.\n")
-        rows_ = []
-        for s in card["waterfall"]:
-            rows_.append([f"**{s['stage']}**", s["rows_in"], "", s["rows_out"]])
-            for r, n in sorted(s["removed"].items(), key=lambda kv: -kv[1]):
-                rows_.append(["", "", f"{r}: {n:,}", ""])
-        p.append(_table(["stage", "rows in", "removed", "rows out"], rows_))
+    return p
+
+
+def _final_set(card: dict) -> list[str]:
+    """The clean set's rows, answer types and declared levels."""
+    p: list[str] = []
+    f = card["final_set"]
+    p.append("## The clean set\n")
+    p.append(f"{f['rows']:,} rows. Answer types: {_kv(f['answer_types'])}. Declared levels: {_kv(f['declared_levels'])}.\n")
+    return p
+
+
+def _difficulty(card: dict) -> list[str]:
+    """How difficulty was estimated (model, sampling, grader) and what it found."""
+    p: list[str] = []
+    d = card["difficulty"]
+    p.append("## Difficulty\n")
+    p.append(f"{d['rows']:,} problems{' (a sample: the first ' + str(d['limit']) + ' rows)' if d.get('limit') else ''}, "
+             f"{'up to ' if d.get('sequential') else ''}k = {d['k']} samples each from `{d['model']}` "
+             f"(revision `{d['model_revision']}`, {d['backend']}), "
+             f"template `{d['template']}`, T = {d['temperature']}, top_p = {d['top_p']}, max_tokens = "
+             f"{d['max_tokens']}, seed {d['seed']}; graded by `{d['grader_version']}`.\n")
+    p.append(_table(["correct of k", *d["histogram"].keys()], [["problems", *d["histogram"].values()]]))
+    p.append("")
+    p.append(f"Never solved: {d['never_solved']:,}; always solved: {d['always_solved']:,}. Sample outcomes: "
+             f"{_kv(d['sample_outcomes'])}; truncation rate {d['truncation_rate']}; mean response "
+             f"{d['mean_response_tokens']} tokens; rows with ungraded samples (timeouts count as failures): "
+             f"{d['incompletely_graded_rows']}.\n")
+    if len(d["by_source"]) > 1:
+        p.append(_table(["source", *d["histogram"].keys()], [[s, *h.values()] for s, h in d["by_source"].items()]))
         p.append("")
-        ex = [(s["stage"], r, e) for s in card["waterfall"] for r, es in s["examples"].items() for e in es]
-        if ex:
-            p.append("<details><summary>Two examples of each reason</summary>\n")
-            p.append(_table(["stage", "reason", "source", "problem (start)", "gold", "detail"],
-                            [[st, r, e["source"], e["problem"][:160], e["answer"], e["detail"] or ""] for st, r, e in ex]))
-            p.append("\n</details>\n")
-    if card.get("duplicates"):
-        d = card["duplicates"]
-        p.append("## Duplicates\n")
-        sizes = ", ".join(f"{n:,} of {k}" for k, n in d["cluster_sizes"].items()) or "none"
-        p.append(f"{d['exact']:,} exact and {d['near']:,} near duplicates removed, in {d['clusters']:,} clusters "
-                 f"(clusters by size: {sizes}). The copy kept came from: {_kv(d['kept_copy_from_source'])}.\n")
-        g = d.get("gold_conflicts") or {}
-        if g.get("clusters"):
-            fate = "none of their rows is kept" if g["policy"] == "drop" else "their best-ranked row is kept"
-            many = g["clusters"] != 1
-            p.append(f"\n**Gold conflicts.** {g['clusters']:,} problem{'s' if many else ''} appear{'' if many else 's'} "
-                     "with golds that math-verify finds "
-                     f"different ({g['rows']:,} rows); {fate} (`dedup.conflicts`). The first "
-                     f"{min(30, len(g['list']))}:\n")
-            p.append(_table(["golds", "rows (source id: gold)"],
-                            [[" / ".join(c["answers"]), "; ".join(f"{r['source']} {r['source_id']}: {r['answer']}"
-                                                                   for r in c["rows"])] for c in g["list"][:30]]) + "\n")
-    if card.get("contamination"):
-        c = card["contamination"]
-        p.append("## Contamination\n")
-        p.append(f"Checked against {', '.join(f'{b} ({n} items)' for b, n in c['benchmark_items'].items())} "
-                 f"with {c['rule']['ngram']}-grams. Removed per benchmark: {_kv(c['by_benchmark'])}; by kind of "
-                 f"match: {_kv(c['by_kind'])}.\n")
-        if c["matches"]:
-            total = sum(c["by_kind"].values())
-            p.append(f"The first {min(30, total)} of {total:,} matched pairs (up to {len(c['matches'])} are in `card.json`, "
-                     "all in the decontam stage's `rejected/` shards):\n")
-            p.append(_table(["row id", "source", "benchmark", "benchmark item", "match"],
-                            [[m["id"], m["source"], m["benchmark"], m["benchmark_item"], m["match"]] for m in c["matches"][:30]]))
-            p.append("")
-    if card.get("final_set"):
-        f = card["final_set"]
-        p.append("## The clean set\n")
-        p.append(f"{f['rows']:,} rows. Answer types: {_kv(f['answer_types'])}. Declared levels: {_kv(f['declared_levels'])}.\n")
-    if card.get("difficulty"):
-        d = card["difficulty"]
-        p.append("## Difficulty\n")
-        p.append(f"{d['rows']:,} problems{' (a sample: the first ' + str(d['limit']) + ' rows)' if d.get('limit') else ''}, "
-                 f"{'up to ' if d.get('sequential') else ''}k = {d['k']} samples each from `{d['model']}` "
-                 f"(revision `{d['model_revision']}`, {d['backend']}), "
-                 f"template `{d['template']}`, T = {d['temperature']}, top_p = {d['top_p']}, max_tokens = "
-                 f"{d['max_tokens']}, seed {d['seed']}; graded by `{d['grader_version']}`.\n")
-        p.append(_table(["correct of k", *d["histogram"].keys()], [["problems", *d["histogram"].values()]]))
-        p.append("")
-        p.append(f"Never solved: {d['never_solved']:,}; always solved: {d['always_solved']:,}. Sample outcomes: "
-                 f"{_kv(d['sample_outcomes'])}; truncation rate {d['truncation_rate']}; mean response "
-                 f"{d['mean_response_tokens']} tokens; rows with ungraded samples (timeouts count as failures): "
-                 f"{d['incompletely_graded_rows']}.\n")
-        if len(d["by_source"]) > 1:
-            p.append(_table(["source", *d["histogram"].keys()], [[s, *h.values()] for s, h in d["by_source"].items()]))
-            p.append("")
-        if d["by_level"]:
-            p.append(_table(["declared level", "problems", "mean pass rate", *[f"{k} correct" for k in d["histogram"]]],
-                            [[lv, v["rows"], v["mean_pass_rate"], *d["histogram_by_level"][lv].values()]
-                             for lv, v in d["by_level"].items()]))
-            p.append(f"\nSpearman's rho between pass rate and declared level: {_rho_text(d)}.\n")
-        seq = d.get("sequential")
-        if seq and seq.get("mean_samples") is not None:
-            q = seq["settings"]
-            how = ([f"adaptive: {q['k_first']} samples, then {q['k_step']} at a time up to {q['k_max']} until one bucket "
-                    f"holds {1 - q['delta']:.2f} of the posterior"] if q.get("adaptive") else [])
-            how += [f"problems at 0 or all correct resampled up to {q['k_max']}"] if q.get("resample_ends") else []
-            p.append(f"Sequential sampling ({'; '.join(how)}): {seq['mean_samples']} samples per problem; "
-                     f"stopping reasons {_kv(seq['stop_reasons'])}"
-                     + (f"; posterior buckets {_kv(seq['posterior_buckets'])}" if seq.get("posterior_buckets") else "")
-                     + (f"; of {seq['ends']['none_correct_at_base']} problems with no correct sample in the first "
-                        f"{seq['ends']['base_samples']}, {seq['ends']['of_them_solved_later']} were solved later"
-                        if seq.get("ends") else "") + ".\n")
-            rel = seq.get("reliability")
-            if rel and "ece" in rel:
-                p.append(reliability_sentence(rel, (seq.get("prior") or {}).get("kind", "jeffreys")) + "\n")
-        sus = d.get("suspect_gold") or {}
-        chk = sus.get("check") or {}
-        caught = ""
-        if chk.get("recall") is not None:
-            checked, solved = chk.get("rows_checked", chk["rows_with_a_correct_sample"]), chk["rows_with_a_correct_sample"]
-            of = (f"{checked:,} rows with a correct sample" if checked == solved else
-                  f"{checked:,} rows read of the {solved:,} with a correct sample")
-            caught = (f"Had a gold been wrong, the rule would have caught it on {chk['caught_if_gold_wrong']:,} of the "
-                      f"{of} ({chk['recall']:.0%}: this run's own samples, the correct ones graded wrong); a wrong gold "
-                      "of a row the model never solves is not seen. A flag is not proof: a model's systematic slip looks "
-                      "the same (false flags on exact golds are measured in the README).\n")
-        if sus.get("rows"):
-            p.append(f"**Suspect gold answers.** On {sus['rows']:,} rows no sample is graded correct and a clear majority "
-                     "(at least 3 samples and at least half) agree on one answer that math-verify finds different from "
-                     f"the gold: the gold may be wrong (`gradus export --drop-suspect-gold` leaves them out). {caught}"
-                     f"The first {len(sus['list'])}:\n")
-            p.append(_table(["source id", "gold", "samples' answer", "given by"],
-                            [[f"{r['source']} {r['source_id']}", r["answer"], r["consensus_answer"],
-                              f"{r['consensus_count']} of {r['k']}"] for r in sus["list"]]) + "\n")
-        elif caught:
-            p.append(f"**Suspect gold answers.** No row is flagged. {caught}")
-    if card.get("curriculum"):
-        c = card["curriculum"]
-        p.append("## Selection and curriculum\n")
-        p.append(f"Target: {c['target']}.\n")
-        p.append(_table(["bucket", "available", "asked", "taken", "short"],
-                        [[b, v["available"], v["asked"], v["taken"], v["short"]] for b, v in c["by_bucket"].items()]))
-        p.append(f"\nLeft out: {_kv(c['excluded'])}; asked but unfilled: {c['unfilled']}. Stages: "
-                 + ", ".join(f"{s['folder']} ({s['rows']} rows, mean pass rate {s['pass_rate_mean']})" for s in c["stages"])
-                 + ".\n")
-    if plots:
-        p.append("## Plots\n")
-        p += [f"![{Path(x).stem}]({x})\n" for x in plots]
+    if d["by_level"]:
+        p.append(_table(["declared level", "problems", "mean pass rate", *[f"{k} correct" for k in d["histogram"]]],
+                        [[lv, v["rows"], v["mean_pass_rate"], *d["histogram_by_level"][lv].values()]
+                         for lv, v in d["by_level"].items()]))
+        p.append(f"\nSpearman's rho between pass rate and declared level: {_rho_text(d)}.\n")
+    p += _sequential(d)
+    p += _suspect_gold(d)
+    return p
+
+
+def _sequential(d: dict) -> list[str]:
+    """Sequential sampling: its rule, the samples it took, why it stopped, how well its posterior was calibrated."""
+    p: list[str] = []
+    seq = d.get("sequential")
+    if seq and seq.get("mean_samples") is not None:
+        q = seq["settings"]
+        how = ([f"adaptive: {q['k_first']} samples, then {q['k_step']} at a time up to {q['k_max']} until one bucket "
+                f"holds {1 - q['delta']:.2f} of the posterior"] if q.get("adaptive") else [])
+        how += [f"problems at 0 or all correct resampled up to {q['k_max']}"] if q.get("resample_ends") else []
+        p.append(f"Sequential sampling ({'; '.join(how)}): {seq['mean_samples']} samples per problem; "
+                 f"stopping reasons {_kv(seq['stop_reasons'])}"
+                 + (f"; posterior buckets {_kv(seq['posterior_buckets'])}" if seq.get("posterior_buckets") else "")
+                 + (f"; of {seq['ends']['none_correct_at_base']} problems with no correct sample in the first "
+                    f"{seq['ends']['base_samples']}, {seq['ends']['of_them_solved_later']} were solved later"
+                    if seq.get("ends") else "") + ".\n")
+        rel = seq.get("reliability")
+        if rel and "ece" in rel:
+            p.append(reliability_sentence(rel, (seq.get("prior") or {}).get("kind", "jeffreys")) + "\n")
+    return p
+
+
+def _suspect_gold(d: dict) -> list[str]:
+    """The rows whose gold may be wrong, and the rule's recall on this run's own samples."""
+    p: list[str] = []
+    sus = d.get("suspect_gold") or {}
+    chk = sus.get("check") or {}
+    caught = ""
+    if chk.get("recall") is not None:
+        checked, solved = chk.get("rows_checked", chk["rows_with_a_correct_sample"]), chk["rows_with_a_correct_sample"]
+        of = (f"{checked:,} rows with a correct sample" if checked == solved else
+              f"{checked:,} rows read of the {solved:,} with a correct sample")
+        caught = (f"Had a gold been wrong, the rule would have caught it on {chk['caught_if_gold_wrong']:,} of the "
+                  f"{of} ({chk['recall']:.0%}: this run's own samples, the correct ones graded wrong); a wrong gold "
+                  "of a row the model never solves is not seen. A flag is not proof: a model's systematic slip looks "
+                  "the same (false flags on exact golds are measured in the README).\n")
+    if sus.get("rows"):
+        p.append(f"**Suspect gold answers.** On {sus['rows']:,} rows no sample is graded correct and a clear majority "
+                 "(at least 3 samples and at least half) agree on one answer that math-verify finds different from "
+                 f"the gold: the gold may be wrong (`gradus export --drop-suspect-gold` leaves them out). {caught}"
+                 f"The first {len(sus['list'])}:\n")
+        p.append(_table(["source id", "gold", "samples' answer", "given by"],
+                        [[f"{r['source']} {r['source_id']}", r["answer"], r["consensus_answer"],
+                          f"{r['consensus_count']} of {r['k']}"] for r in sus["list"]]) + "\n")
+    elif caught:
+        p.append(f"**Suspect gold answers.** No row is flagged. {caught}")
+    return p
+
+
+def _selection(card: dict) -> list[str]:
+    """The selection by bucket and the curriculum's stages."""
+    p: list[str] = []
+    c = card["curriculum"]
+    p.append("## Selection and curriculum\n")
+    p.append(f"Target: {c['target']}.\n")
+    p.append(_table(["bucket", "available", "asked", "taken", "short"],
+                    [[b, v["available"], v["asked"], v["taken"], v["short"]] for b, v in c["by_bucket"].items()]))
+    p.append(f"\nLeft out: {_kv(c['excluded'])}; asked but unfilled: {c['unfilled']}. Stages: "
+             + ", ".join(f"{s['folder']} ({s['rows']} rows, mean pass rate {s['pass_rate_mean']})" for s in c["stages"])
+             + ".\n")
+    return p
+
+
+def _provenance(card: dict) -> list[str]:
+    """Each stage's folder, date, version and fingerprints."""
+    p: list[str] = []
     p.append("## Provenance\n")
     p.append(_table(["stage", "folder", "created", "gradus", "config", "inputs"],
                     [[s["stage"], s["folder"], s["created"], s["code_version"], s["config_hash"], s["input_hash"]]
                      for s in card["provenance"]]))
     p.append("\nConfigs, input fingerprints and the sha256 of every shard are in `card.json` and each stage's manifest.\n")
-    return "\n".join(p)
+    return p
+
+
+SECTIONS = [("sources", _sources), ("waterfall", _waterfall), ("duplicates", _duplicates),
+            ("contamination", _contamination), ("final_set", _final_set), ("difficulty", _difficulty),
+            ("curriculum", _selection)]  # the card's sections after its head, in order: (key in card.json, its text)
 
 
 ROWS = "card_rows.parquet"  # beside a card written away from its data: the ids it describes, for card diff
