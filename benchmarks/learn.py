@@ -247,16 +247,72 @@ def _fmt(t: tuple[float, float, float]) -> str:
     return f"{t[0]:+.3f}" + ("" if math.isnan(t[1]) else f" [{t[1]:+.3f}, {t[2]:+.3f}]")
 
 
+PACKED = "runs.parquet"  # a family's kept runs in one file: a row per line of each run's jsonl files (config: one)
+RUN_FILES = ("metrics.jsonl", "eval.jsonl", "config.json")
+
+
+def packed_runs(d: Path) -> dict[str, dict[str, str]]:
+    """``d/runs.parquet`` as {run folder name: {file name: text}} (empty without one)."""
+    import pyarrow.parquet as pq
+
+    if not (d / PACKED).exists():
+        return {}
+    files: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+    for r in sorted(pq.read_table(d / PACKED).to_pylist(), key=lambda r: (r["run"], r["file"], r["line"])):
+        files[r["run"]][r["file"]].append(r["text"])
+    return {run: {f: "".join(x + "\n" for x in lines) if f.endswith(".jsonl") else lines[0] for f, lines in fs.items()}
+            for run, fs in files.items()}
+
+
+def pack(d: Path) -> int:
+    """The kept run folders of a family folder into ``d/runs.parquet`` (with the runs packed before; a run packed
+    again replaces its rows), then those folders removed: they are the runs ``--keep`` copied there. Returns the
+    runs packed now."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    runs = packed_runs(d)
+    folders = [x for x in sorted(d.glob("*_*")) if x.is_dir() and (x / "eval.jsonl").exists()]
+    for x in folders:
+        runs[x.name] = {f: (x / f).read_text() for f in RUN_FILES if (x / f).exists()}
+    rows = [{"run": run, "file": f, "line": i, "text": line} for run, fs in sorted(runs.items())
+            for f, text in sorted(fs.items()) for i, line in enumerate(text.splitlines() if f.endswith(".jsonl") else [text])]
+    t = pa.table({k: [r[k] for r in rows] for k in ("run", "file", "line", "text")},
+                 schema=pa.schema([("run", pa.string()), ("file", pa.string()), ("line", pa.int32()), ("text", pa.string())]))
+    tmp = d / f".{PACKED}.tmp"
+    pq.write_table(t, tmp, compression="zstd")
+    os.replace(tmp, d / PACKED)
+    if packed_runs(d) != runs:
+        raise RuntimeError(f"{d / PACKED}: what was written does not read back as the runs; nothing removed")
+    for x in folders:
+        for f in RUN_FILES:
+            (x / f).unlink(missing_ok=True)
+        x.rmdir()  # only the files this script keeps were in it: anything else leaves it in place (an error)
+    return len(folders)
+
+
+def unpack(d: Path, dest: Path) -> None:
+    """The runs of ``d/runs.parquet`` as run folders under ``dest`` (what earlier versions of this script read)."""
+    for run, fs in packed_runs(d).items():
+        (dest / run).mkdir(parents=True, exist_ok=True)
+        for f, text in fs.items():
+            (dest / run / f).write_text(text)
+
+
 def load_runs(d: Path) -> list[dict]:
-    """The finished runs of a family: ``d/runs`` (a working folder) or ``d`` itself (kept runs)."""
+    """The finished runs of a family: ``d/runs`` (a working folder), or the runs kept in ``d`` (packed in
+    ``runs.parquet`` and in run folders not yet packed)."""
     runs = []
     root = d / "runs" if (d / "runs").is_dir() else d
+    texts = {} if root != d else packed_runs(d)
     for out in sorted(root.glob("*_*")):
         if not out.is_dir() or not (out / "eval.jsonl").exists() or (root == d / "runs" and not (out / "DONE").exists()):
             continue
-        arm, _, seed = out.name.rpartition("_")
-        ms = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
-        ev = [json.loads(x) for x in (out / "eval.jsonl").read_text().splitlines()]
+        texts[out.name] = {f: (out / f).read_text() for f in ("metrics.jsonl", "eval.jsonl")}
+    for name, fs in sorted(texts.items()):
+        arm, _, seed = name.rpartition("_")
+        ms = [json.loads(x) for x in fs["metrics.jsonl"].splitlines()]
+        ev = [json.loads(x) for x in fs["eval.jsonl"].splitlines()]
         runs.append({"arm": arm, "seed": int(seed), "metrics": ms, "eval": ev})
     return runs
 
@@ -450,7 +506,16 @@ def main() -> None:
     ap.add_argument("--keep", help="copy each run's metrics.jsonl and eval.jsonl here (per family)")
     ap.add_argument("--json")
     ap.add_argument("--markdown", action="store_true", help="with --report: the tables of docs/benchmarks.md")
+    ap.add_argument("--pack", nargs="*", help="family folders of kept runs: their run folders into runs.parquet")
+    ap.add_argument("--unpack", nargs=2, metavar=("FOLDER", "DEST"), help="runs.parquet of FOLDER as run folders in DEST")
     a = ap.parse_args()
+    if a.pack is not None:
+        for folder in map(Path, a.pack):
+            print(f"{folder}: {pack(folder)} runs packed into {folder / PACKED}")
+        return
+    if a.unpack:
+        unpack(Path(a.unpack[0]), Path(a.unpack[1]))
+        return
     if a.one:
         arm, seed = a.one.split(":")
         one(a, arm, int(seed), Path(a.data))
