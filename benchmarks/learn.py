@@ -274,6 +274,10 @@ def pack(d: Path) -> int:
     runs = packed_runs(d)
     folders = [x for x in sorted(d.glob("*_*")) if x.is_dir() and (x / "eval.jsonl").exists()]
     for x in folders:
+        other = sorted(p.name for p in x.iterdir() if p.name not in RUN_FILES)
+        if other:
+            raise RuntimeError(f"{x}: holds {', '.join(other)}, not a run kept by this script; nothing packed")
+    for x in folders:
         runs[x.name] = {f: (x / f).read_text() for f in RUN_FILES if (x / f).exists()}
     rows = [{"run": run, "file": f, "line": i, "text": line} for run, fs in sorted(runs.items())
             for f, text in sorted(fs.items()) for i, line in enumerate(text.splitlines() if f.endswith(".jsonl") else [text])]
@@ -287,7 +291,7 @@ def pack(d: Path) -> int:
     for x in folders:
         for f in RUN_FILES:
             (x / f).unlink(missing_ok=True)
-        x.rmdir()  # only the files this script keeps were in it: anything else leaves it in place (an error)
+        x.rmdir()
     return len(folders)
 
 

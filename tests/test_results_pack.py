@@ -1,0 +1,56 @@
+"""benchmarks/learn.py --pack: kept runs into one Parquet file and back, byte for byte; the report reads both."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _learn():
+    spec = importlib.util.spec_from_file_location("learn", ROOT / "benchmarks" / "learn.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _run(folder: Path, name: str, steps: int) -> dict[str, str]:
+    (folder / name).mkdir(parents=True)
+    files = {"metrics.jsonl": "".join(json.dumps({"step": i, "completions_total": 32 * i}) + "\n" for i in range(1, steps + 1)),
+             "eval.jsonl": "".join(json.dumps({"step": i, "id": f"p{i}", "mean@4": i / 4}) + "\n" for i in range(steps)),
+             "config.json": json.dumps({"seed": 1}, indent=2)}  # no newline at its end: kept as it is
+    for f, text in files.items():
+        (folder / name / f).write_text(text)
+    return files
+
+
+def test_runs_packed_read_back_exactly_and_a_later_run_beside_them(tmp_path):
+    learn = _learn()
+    fam = tmp_path / "rg"
+    a = _run(fam, "uniform_0", 3)
+    b = _run(fam, "signal_screen_1", 2)
+    before = learn.load_runs(fam)
+    assert learn.pack(fam) == 2
+    assert sorted(p.name for p in fam.iterdir()) == ["runs.parquet"]  # the run folders went, nothing else
+    assert learn.load_runs(fam) == before
+    c = _run(fam, "signal_0", 1)  # a run kept after the packing: read beside the packed ones, then packed too
+    assert [(r["arm"], r["seed"]) for r in learn.load_runs(fam)] == [("signal", 0), ("signal_screen", 1), ("uniform", 0)]
+    assert learn.pack(fam) == 1
+    learn.unpack(fam, tmp_path / "back")
+    for name, files in (("uniform_0", a), ("signal_screen_1", b), ("signal_0", c)):
+        assert {f: (tmp_path / "back" / name / f).read_text() for f in files} == files
+
+
+def test_a_run_folder_with_a_file_of_its_own_is_left_alone(tmp_path):
+    learn = _learn()
+    fam = tmp_path / "rg"
+    _run(fam, "uniform_0", 2)
+    (fam / "uniform_0" / "notes.txt").write_text("mine")
+    with pytest.raises(RuntimeError, match="holds notes.txt, not a run kept by this script; nothing packed"):
+        learn.pack(fam)
+    assert sorted(p.name for p in (fam / "uniform_0").iterdir()) == ["config.json", "eval.jsonl", "metrics.jsonl", "notes.txt"]
+    assert not (fam / "runs.parquet").exists()
