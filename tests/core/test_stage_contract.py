@@ -198,7 +198,7 @@ def _scored(tmp_path, name="est", ing=None):
     src.write_text("".join(json.dumps(r) + "\n" for r in rows))
     ingest(str(src), ing / f"{name}_ing", adapter="generic")
     cfg = EstimateConfig(template="none", sampling=SamplingConfig(k=3, max_tokens=8), store=None, model_revision="r")
-    estimate([ing / f"{name}_ing"], tmp_path / name, cfg, sampler=_Scripted(cfg.sampling), progress=False)
+    estimate([ing / f"{name}_ing"], tmp_path / name, cfg, engine=_Scripted(cfg.sampling), progress=False)
     return tmp_path / name
 
 
@@ -256,13 +256,13 @@ def test_a_model_changed_in_place_is_a_new_estimate(tmp_path):
     cfg = EstimateConfig(template="none", sampling=SamplingConfig(k=3, max_tokens=8), store=None)
     sampler = _Scripted(cfg.sampling)
     sampler.model_path = str(model)
-    m = estimate([tmp_path / "ing"], tmp_path / "est", cfg, sampler=sampler, progress=False)
+    m = estimate([tmp_path / "ing"], tmp_path / "est", cfg, engine=sampler, progress=False)
     assert m.stats["model_revision"].startswith("sha256:") and m.stats["model"] == "scripted"
-    assert estimate([tmp_path / "ing"], tmp_path / "est", cfg, sampler=sampler, progress=False).skipped
+    assert estimate([tmp_path / "ing"], tmp_path / "est", cfg, engine=sampler, progress=False).skipped
     (model / "model.safetensors").write_bytes(b"weights-2")  # the checkpoint overwritten in place
     with pytest.raises(StageError, match="made with other settings"):
-        estimate([tmp_path / "ing"], tmp_path / "est", cfg, sampler=sampler, progress=False)
-    again = estimate([tmp_path / "ing"], tmp_path / "est", replace(cfg), sampler=sampler, force=True, progress=False)
+        estimate([tmp_path / "ing"], tmp_path / "est", cfg, engine=sampler, progress=False)
+    again = estimate([tmp_path / "ing"], tmp_path / "est", replace(cfg), engine=sampler, force=True, progress=False)
     assert again.stats["model_revision"] != m.stats["model_revision"]
 
 
@@ -272,6 +272,6 @@ def test_a_finished_estimate_whose_part_was_changed_is_scored_again_not_resumed(
     good = part.read_bytes()
     part.write_bytes(good[:-16] + b"\0" * 16)
     cfg = EstimateConfig(template="none", sampling=SamplingConfig(k=3, max_tokens=8), store=None, model_revision="r")
-    m = estimate([tmp_path / "est_ing"], d, cfg, sampler=_Scripted(cfg.sampling), progress=False)
+    m = estimate([tmp_path / "est_ing"], d, cfg, engine=_Scripted(cfg.sampling), progress=False)
     assert not m.skipped and m.stats["this_run"]["chunks_already_done"] == 0
     assert part.read_bytes() == good
