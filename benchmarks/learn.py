@@ -197,14 +197,17 @@ def one(a, arm: str, seed: int, d: Path) -> None:
     resume = (out / "metrics.jsonl").exists()
     Trainer(cfg, resume=resume).run(progress=True)
     (out / "DONE").write_text("")
+    # a finished run needs its checkpoints no more (1.6 GB each for SmolLM2-135M: model and optimizer state)
+    shutil.rmtree(out / "checkpoints", ignore_errors=True)
 
 
 def run_all(a, d: Path) -> None:
+    """Every (arm, seed) not yet done, each in a child process; exits 1 after the others if any run failed."""
     jobs = [(arm, seed) for seed in map(int, a.seeds.split(",")) for arm in a.arms.split(",")
             if not (d / "runs" / f"{arm}_{seed}" / "DONE").exists()]
     env = dict(os.environ, OMP_NUM_THREADS=str(max(1, (os.cpu_count() or 2) // a.jobs)))
 
-    def go(job):
+    def go(job) -> bool:
         arm, seed = job
         cmd = [sys.executable, "-P", __file__, "--one", f"{arm}:{seed}", "--data", str(d), "--budget", str(a.budget),
                "--evals", str(a.evals), "--max-tokens", str(a.max_tokens), "--save-every", str(a.save_every)]
@@ -216,9 +219,12 @@ def run_all(a, d: Path) -> None:
             keep_run(d / "runs" / f"{arm}_{seed}", Path(a.keep) / json.loads((d / "sets.json").read_text())["family"], a)
         print(f"{arm} seed {seed}: {'done' if p.returncode == 0 else f'FAILED (exit {p.returncode}, see {log})'}",
               flush=True)
+        return p.returncode == 0
 
     with ThreadPoolExecutor(a.jobs) as ex:
-        list(ex.map(go, jobs))
+        failed = [f"{arm}_{seed}" for (arm, seed), ok in zip(jobs, ex.map(go, jobs), strict=True) if not ok]
+    if failed:  # a driver that goes on to the next runs must not count these as done
+        sys.exit(f"{len(failed)} of {len(jobs)} runs failed: {', '.join(failed)} (their logs in {d / 'runs'})")
 
 
 def keep_run(run: Path, dest: Path, a) -> None:

@@ -54,3 +54,20 @@ def test_a_run_folder_with_a_file_of_its_own_is_left_alone(tmp_path):
         learn.pack(fam)
     assert sorted(p.name for p in (fam / "uniform_0").iterdir()) == ["config.json", "eval.jsonl", "metrics.jsonl", "notes.txt"]
     assert not (fam / "runs.parquet").exists()
+
+
+def test_a_failed_run_fails_the_command_after_the_others(tmp_path, capsys):
+    """A driver that runs learn.py seed after seed must not count a failed run as done (a full disk once did that)."""
+    import argparse
+
+    learn = _learn()
+    (tmp_path / "runs" / "signal_0").mkdir(parents=True)
+    (tmp_path / "runs" / "signal_0" / "DONE").write_text("")  # done before: not run again
+    a = argparse.Namespace(seeds="0", arms="uniform,signal", jobs=1, budget=64, evals=2, max_tokens=16, save_every=4,
+                           keep=str(tmp_path / "kept"))
+    with pytest.raises(SystemExit) as e:  # no sets.json: the uniform run fails in its own process
+        learn.run_all(a, tmp_path)
+    assert str(e.value).startswith("1 of 1 runs failed: uniform_0")
+    assert "uniform seed 0: FAILED (exit 1" in capsys.readouterr().out
+    assert "FileNotFoundError" in (tmp_path / "runs" / "uniform_0.log").read_text()
+    assert not (tmp_path / "kept").exists()  # nothing kept from a failed run
