@@ -26,6 +26,29 @@ def latest(out: Path) -> Path | None:
     return done[-1] if done else None
 
 
+def _free_bytes(path: Path) -> int:
+    return shutil.disk_usage(path).free
+
+
+def _size(folder: Path) -> int:
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+
+
+def _room_for(t, root: Path, tmp: Path) -> None:
+    """A clear error, before anything is written, when the disk cannot hold one more checkpoint: a full disk would
+    otherwise stop the run inside torch.save with a cryptic message, a partial folder left behind, and every other
+    writer on that disk failing too. A checkpoint's size is the last one's, else the weights and Adam's two moments."""
+    last = latest(t.out)
+    need = _size(last) if last is not None else 3 * sum(p.numel() * p.element_size() for p in t.model.parameters())
+    free = _free_bytes(root)
+    if free < need:
+        tmp.rmdir()
+        where = f"it goes on from {last.name}" if last is not None else "it starts over: no checkpoint yet"
+        raise TrainError(f"step {t.step}: no room for a checkpoint in {root}: {free / 1e9:.2f} GB free, one takes about "
+                         f"{need / 1e9:.2f} GB. Free space (or lower keep_checkpoints, or set out on a larger disk) "
+                         f"and run again with --resume: {where}")
+
+
 def save(t) -> Path:
     """Hugging Face model folder + trainer state, under a temporary name, then renamed. With several ranks the
     optimizer's sharded state goes through torch.distributed.checkpoint (each rank writes its shards into
@@ -37,6 +60,7 @@ def save(t) -> Path:
     if t.pg.main:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
+        _room_for(t, root, tmp)
     t.pg.barrier()
     rng = {"torch_rng": torch.get_rng_state(),
            "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}

@@ -120,6 +120,28 @@ def test_resume_continues_exactly(export_dir, tmp_path, monkeypatch):
     AutoModelForCausalLM.from_pretrained(tmp_path / "full" / "checkpoints" / "step_000004")
 
 
+def test_a_disk_without_room_for_a_checkpoint_is_a_clear_error_and_the_run_resumes(export_dir, tmp_path, monkeypatch):
+    from rl_stage import checkpoint
+    from rl_stage.trainer import Trainer, TrainError
+
+    _signal_whatever_is_sampled(monkeypatch)
+    cfg = _cfg(export_dir, tmp_path / "full", steps=2, save_every=1, keep_checkpoints=2, prompts_per_step=1,
+               group_size=4, max_tokens=8)
+    free = iter([10**15, 10**6])  # room for step 1's checkpoint, 1 MB left at step 2
+    monkeypatch.setattr(checkpoint, "_free_bytes", lambda path: next(free))
+    with pytest.raises(TrainError, match=r"step 2: no room for a checkpoint in .*: 0.00 GB free, one takes about "
+                                         r"1.6\d GB\. .* --resume: it goes on from step_000001"):
+        Trainer(cfg).run(progress=False)
+    ck = tmp_path / "full" / "checkpoints"
+    assert sorted(p.name for p in ck.iterdir()) == ["step_000001"]  # nothing half-written beside it
+    one = checkpoint._size(ck / "step_000001")
+    assert 1.6e9 < one < 1.65e9  # SmolLM2-135M: 134.5M weights in fp32 on CPU (0.54 GB) and Adam's two moments
+    monkeypatch.setattr(checkpoint, "_free_bytes", lambda path: one)  # exactly one checkpoint's room: enough
+    Trainer(cfg, resume=True).run(progress=False)
+    assert sorted(p.name for p in ck.iterdir()) == ["step_000001", "step_000002"]
+    assert [m["step"] for m in _metrics(tmp_path / "full")] == [1, 2]  # step 2 once: its line before the error went
+
+
 def test_non_finite_losses_are_skipped_then_stop_the_run(export_dir, tmp_path, monkeypatch):
     import torch
 
