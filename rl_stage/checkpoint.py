@@ -34,19 +34,20 @@ def _size(folder: Path) -> int:
     return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
 
 
-def _room_for(t, root: Path, tmp: Path) -> None:
-    """A clear error, before anything is written, when the disk cannot hold one more checkpoint: a full disk would
-    otherwise stop the run inside torch.save with a cryptic message, a partial folder left behind, and every other
-    writer on that disk failing too. A checkpoint's size is the last one's, else the weights and Adam's two moments."""
+def _no_room(t, root: Path) -> str | None:
+    """Why the disk cannot hold one more checkpoint, or None when it can: checked before anything is written, since a
+    full disk would otherwise stop the run inside torch.save with a cryptic message, a partial folder left behind, and
+    every other writer on that disk failing too. A checkpoint's size is the last one's, else the weights and Adam's two
+    moments."""
     last = latest(t.out)
     need = _size(last) if last is not None else 3 * sum(p.numel() * p.element_size() for p in t.model.parameters())
-    free = _free_bytes(root)
-    if free < need:
-        tmp.rmdir()
-        where = f"it goes on from {last.name}" if last is not None else "it starts over: no checkpoint yet"
-        raise TrainError(f"step {t.step}: no room for a checkpoint in {root}: {free / 1e9:.2f} GB free, one takes about "
-                         f"{need / 1e9:.2f} GB. Free space (or lower keep_checkpoints, or set out on a larger disk) "
-                         f"and run again with --resume: {where}")
+    free = _free_bytes(t.out)
+    if free >= need:
+        return None
+    where = f"it goes on from {last.name}" if last is not None else "it starts over: no checkpoint yet"
+    return (f"step {t.step}: no room for a checkpoint in {root}: {free / 1e9:.2f} GB free, one takes about "
+            f"{need / 1e9:.2f} GB. Free space (or lower keep_checkpoints, or set out on a larger disk) and run again "
+            f"with --resume: {where}")
 
 
 def save(t) -> Path:
@@ -57,11 +58,15 @@ def save(t) -> Path:
     root = t.out / "checkpoints"
     final = root / f"step_{t.step:06d}"
     tmp = root / f".tmp_step_{t.step:06d}"
+    no_room = None
     if t.pg.main:
         shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        _room_for(t, root, tmp)
-    t.pg.barrier()
+        no_room = _no_room(t, root)
+        if no_room is None:
+            tmp.mkdir(parents=True)
+    no_room = t.pg.gather(no_room)[0]  # rank 0's finding on every rank: all stop together, none waits at a barrier
+    if no_room is not None:
+        raise TrainError(no_room)
     rng = {"torch_rng": torch.get_rng_state(),
            "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
     if t.pg.world > 1:

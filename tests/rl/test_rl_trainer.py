@@ -142,6 +142,28 @@ def test_a_disk_without_room_for_a_checkpoint_is_a_clear_error_and_the_run_resum
     assert [m["step"] for m in _metrics(tmp_path / "full")] == [1, 2]  # step 2 once: its line before the error went
 
 
+def test_every_rank_stops_on_rank_0s_finding_that_the_disk_is_full(tmp_path):
+    """Only rank 0 measures the disk; the other ranks get its finding with the same collective and raise the same
+    error, writing nothing, instead of waiting at a barrier until torchrun ends the group."""
+    from types import SimpleNamespace
+
+    from rl_stage import checkpoint
+    from rl_stage.trainer import TrainError
+
+    said = "step 3: no room for a checkpoint in OUT/checkpoints: 0.00 GB free, one takes about 1.62 GB."
+    seen = []
+
+    def gather(obj):  # rank 1's view of all_gather_object: rank 0 found no room, this rank sends None
+        seen.append(obj)
+        return [said, obj]
+
+    rank1 = SimpleNamespace(out=tmp_path, step=3, torch=None, pg=SimpleNamespace(main=False, rank=1, world=2, gather=gather))
+    with pytest.raises(TrainError) as e:
+        checkpoint.save(rank1)
+    assert str(e.value) == said and seen == [None]
+    assert list(tmp_path.iterdir()) == []  # nothing written by this rank
+
+
 def test_non_finite_losses_are_skipped_then_stop_the_run(export_dir, tmp_path, monkeypatch):
     import torch
 
