@@ -2,8 +2,8 @@
 
 - *Guard*: ``out`` must be a new or empty folder, or one a gradus training run wrote (its marker
   ``.gradus-run.json``; or, from before the marker, a ``config.json`` with the trainer's ``resolved`` settings)
-  holding nothing but what the trainer writes. A link, a file, or a folder with other files is refused before
-  anything is written.
+  holding nothing but what the trainer writes; one holding only the lock file (a run that died before its marker)
+  counts as empty. A link, a file, or a folder with other files is refused before anything is written.
 - *Lock*: the run holds ``.gradus-train.lock`` (``curate.core.locks``) from start to end; a second run on the folder
   refuses at once and names the holder.
 - *Resume*: ``--resume`` continues the same run. Settings that change what the checkpoint continues (the data,
@@ -37,11 +37,14 @@ def check(out: Path, resume: bool) -> None:
     out = Path(out)
     if out.is_symlink() or (out.exists() and not out.is_dir()):
         raise RunFolderError(f"out {out} is a file or a link: give a folder (a new one, or a training run's)")
-    if not out.is_dir() or not any(out.iterdir()):
+    if not out.is_dir():
+        return
+    # the lock file alone: a run that died before it wrote its marker (a full disk), as good as an empty folder
+    names = sorted(e.name for e in out.iterdir() if not (e.name == LOCK and e.is_file() and not e.is_symlink()))
+    if not names:
         return
     ours = (out / RUN_MARKER).is_file() or _old_run(out)
     if not ours:
-        names = sorted(e.name for e in out.iterdir())
         raise RunFolderError(f"out {out} holds files gradus did not write ({', '.join(names[:5])}"
                              f"{', ...' if len(names) > 5 else ''}): choose an empty or new folder")
     foreign = sorted(e.name for e in out.iterdir() if e.name not in OWN)

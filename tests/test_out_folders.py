@@ -72,6 +72,16 @@ def test_the_trainer_refuses_a_users_folder_and_a_resume_with_other_settings(tmp
     for resume in (False, True):  # following the old hint (--resume) no longer overwrites them
         with pytest.raises(RunFolderError, match="holds files gradus did not write"):
             run_folder.check(mine, resume=resume)
+    died = tmp_path / "died"  # a run that took its lock and died before its marker (the disk was full)
+    died.mkdir()
+    (died / run_folder.LOCK).write_text("")
+    run_folder.check(died, resume=False)
+    run_folder.claim(died).release()
+    assert sorted(e.name for e in died.iterdir()) == sorted([run_folder.LOCK, run_folder.RUN_MARKER])
+    (died / run_folder.RUN_MARKER).unlink()
+    (died / "notes.txt").write_text("mine")
+    with pytest.raises(RunFolderError, match=r"holds files gradus did not write \(notes.txt\)"):
+        run_folder.check(died, resume=False)  # beside a lock file, a user's file is still refused
     link = tmp_path / "link"
     link.symlink_to(tmp_path / "empty", target_is_directory=True)
     with pytest.raises(RunFolderError, match="is a file or a link"):
