@@ -71,3 +71,16 @@ def test_a_failed_run_fails_the_command_after_the_others(tmp_path, capsys):
     assert "uniform seed 0: FAILED (exit 1" in capsys.readouterr().out
     assert "FileNotFoundError" in (tmp_path / "runs" / "uniform_0.log").read_text()
     assert not (tmp_path / "kept").exists()  # nothing kept from a failed run
+
+
+def test_completions_to_a_figure_average_the_seeds_at_equal_completions():
+    """Seed A evaluated at 0, 200, 400 completions and seed B at 0, 180, 390: the average at 180 takes A's value
+    there on its line (0.2 + 0.9 * 0.1 = 0.29) with B's 0.4, so 0.345; a target of 0.34 is reached at
+    180 * 0.14 / 0.145 = 173.8. An arm's own final at exactly the budget is reached at the budget."""
+    learn = _learn()
+    pts = [(0, "A", 0.2), (200, "A", 0.3), (400, "A", 0.5), (0, "B", 0.2), (180, "B", 0.4), (390, "B", 0.4)]
+    assert learn._reach(pts, 0.34) == 174
+    assert learn._reach(pts, 0.35) == 200
+    final = (0.3 + 184 / 200 * 0.2 + 0.4) / 2  # each seed at exactly 384 completions
+    assert learn._reach(pts, final) == 384
+    assert learn._reach(pts, 0.6) is None
