@@ -40,7 +40,6 @@ A run that is stopped loses nothing finished: prepared sets and finished runs ar
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import math
 import os
@@ -479,13 +478,15 @@ def _reach(points: list[tuple[int, int, float]], target: float) -> int | None:
     Each seed's curve is linear between its evaluations, which fall at slightly different completions (each after the
     step that crosses a point of the budget); their average is taken at every seed's evaluation points, between which
     it is linear too. So an arm's own final figure, interpolated to exactly the budget, is reached at the budget."""
+    import numpy
+
     by_seed: dict = defaultdict(list)
     for c, s, v in points:
         by_seed[s].append((c, v))
     runs = [sorted(v) for v in by_seed.values()]
     low, top = max(r[0][0] for r in runs), min(r[-1][0] for r in runs)
     xs = sorted({c for r in runs for c, _ in r if low <= c <= top} | {low, top})
-    ys = [statistics.mean(_at(r, x) for r in runs) for x in xs]
+    ys = [statistics.mean(float(numpy.interp(x, *zip(*r, strict=True))) for r in runs) for x in xs]
     for i, (x, y) in enumerate(zip(xs, ys, strict=True)):
         if y >= target - 1e-12:
             if i == 0:
@@ -493,14 +494,6 @@ def _reach(points: list[tuple[int, int, float]], target: float) -> int | None:
             x0, y0 = xs[i - 1], ys[i - 1]
             return round(x0 + (target - y0) / (y - y0) * (x - x0)) if y != y0 else round(x)
     return None
-
-
-def _at(curve: list[tuple[int, float]], x: float) -> float:
-    """A curve of (completions, value) points, linear between them, at ``x`` (inside its range)."""
-    for (x0, y0), (x1, y1) in itertools.pairwise(curve):
-        if x0 <= x <= x1:
-            return y0 if x1 == x0 else y0 + (x - x0) / (x1 - x0) * (y1 - y0)
-    return curve[-1][1]
 
 
 def main() -> None:

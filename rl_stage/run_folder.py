@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 
 from curate.core.errors import GradusError
-from curate.core.locks import FolderLock, now
+from curate.core.locks import FolderLock, entries_besides, now
 
 RUN_MARKER = ".gradus-run.json"
 LOCK = ".gradus-train.lock"
@@ -39,8 +39,7 @@ def check(out: Path, resume: bool) -> None:
         raise RunFolderError(f"out {out} is a file or a link: give a folder (a new one, or a training run's)")
     if not out.is_dir():
         return
-    # the lock file alone: a run that died before it wrote its marker (a full disk), as good as an empty folder
-    names = sorted(e.name for e in out.iterdir() if not (e.name == LOCK and e.is_file() and not e.is_symlink()))
+    names = entries_besides(out, LOCK)  # a run that died before it wrote its marker (a full disk) left only the lock
     if not names:
         return
     ours = (out / RUN_MARKER).is_file() or _old_run(out)

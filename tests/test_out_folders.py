@@ -82,6 +82,17 @@ def test_the_trainer_refuses_a_users_folder_and_a_resume_with_other_settings(tmp
     (died / "notes.txt").write_text("mine")
     with pytest.raises(RunFolderError, match=r"holds files gradus did not write \(notes.txt\)"):
         run_folder.check(died, resume=False)  # beside a lock file, a user's file is still refused
+    from curate.core.errors import LinkRefused
+
+    linked = tmp_path / "linked"  # a link where the lock goes: refused by name, its target untouched
+    linked.mkdir()
+    (tmp_path / "victim.txt").write_text("precious\n")
+    (linked / run_folder.LOCK).symlink_to(tmp_path / "victim.txt")
+    run_folder.check(linked, resume=False)
+    with pytest.raises(LinkRefused, match=r"\.gradus-train\.lock is a symbolic link"):
+        run_folder.claim(linked)
+    assert (tmp_path / "victim.txt").read_text() == "precious\n"
+    assert sorted(e.name for e in linked.iterdir()) == [run_folder.LOCK]
     link = tmp_path / "link"
     link.symlink_to(tmp_path / "empty", target_is_directory=True)
     with pytest.raises(RunFolderError, match="is a file or a link"):

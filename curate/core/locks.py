@@ -26,6 +26,13 @@ def now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
+def entries_besides(folder: Path, lock_name: str) -> list[str]:
+    """The names in ``folder``, sorted, less its lock file: a folder holding only the lock file a run took before it
+    wrote anything (then died) is as good as an empty one. A link in its place is left to ``FolderLock.acquire``,
+    which refuses it by name."""
+    return sorted(e.name for e in Path(folder).iterdir() if not (e.name == lock_name and e.is_file()))
+
+
 class FolderLock:
     """The hold of one run on a folder. ``acquire`` returns the record of a run that died holding it (or None);
     ``update`` adds what is known once the run has started; ``release`` clears it."""

@@ -29,6 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from curate.core.errors import GradusError
+from curate.core.locks import entries_besides
 from curate.core.manifest import MANIFEST, MANIFEST_VERSION, STAGE_KINDS, Manifest, ManifestError
 from curate.core.schema import REJECT_SCHEMA, SCHEMA, SCHEMA_VERSION
 from curate.core.shards import ROWS_PER_SHARD, ShardWriter
@@ -345,7 +346,7 @@ class Runner:
             raise StageError(f"--out {self.out} is a file or a link: give a folder")
         if not self.out.is_dir():
             return
-        entries = sorted(e.name for e in self.out.iterdir() if not (e.name == LOCK and e.is_file()))
+        entries = entries_besides(self.out, LOCK)
         if entries == [MARKER + ".tmp"] and (self.out / entries[0]).is_file():
             # a run killed while it claimed this folder: the marker is the first thing written and nothing else was;
             # writing the marker again overwrites the temporary file and renames it
