@@ -202,9 +202,18 @@ def one(a, arm: str, seed: int, d: Path) -> None:
 
 
 def run_all(a, d: Path) -> None:
-    """Every (arm, seed) not yet done, each in a child process; exits 1 after the others if any run failed."""
-    jobs = [(arm, seed) for seed in map(int, a.seeds.split(",")) for arm in a.arms.split(",")
-            if not (d / "runs" / f"{arm}_{seed}" / "DONE").exists()]
+    """Every (arm, seed) not yet done, each in a child process; exits 1 after the others if any run failed. A run
+    done here or already kept under ``--keep`` (as a folder or in its runs.parquet, say by another machine's
+    session) is not run again."""
+    dest, kept = kept_runs(a)
+    jobs = []
+    for seed in map(int, a.seeds.split(",")):
+        for arm in a.arms.split(","):
+            name = f"{arm}_{seed}"
+            if name in kept:
+                print(f"{arm} seed {seed}: kept before in {dest}, not run again", flush=True)
+            elif not (d / "runs" / name / "DONE").exists():
+                jobs.append((arm, seed))
     env = dict(os.environ, OMP_NUM_THREADS=str(max(1, (os.cpu_count() or 2) // a.jobs)))
 
     def go(job) -> bool:
@@ -225,6 +234,15 @@ def run_all(a, d: Path) -> None:
         failed = [f"{arm}_{seed}" for (arm, seed), ok in zip(jobs, ex.map(go, jobs), strict=True) if not ok]
     if failed:  # a driver that goes on to the next runs must not count these as done
         sys.exit(f"{len(failed)} of {len(jobs)} runs failed: {', '.join(failed)} (their logs in {d / 'runs'})")
+
+
+def kept_runs(a) -> tuple[Path | None, set[str]]:
+    """The family's folder under ``--keep`` and the names of the runs kept there (folders with their eval.jsonl,
+    and those packed into its runs.parquet)."""
+    if not a.keep:
+        return None, set()
+    dest = Path(a.keep) / a.family
+    return dest, set(packed_runs(dest)) | {x.name for x in dest.glob("*_*") if (x / "eval.jsonl").exists()}
 
 
 def keep_run(run: Path, dest: Path, a) -> None:
@@ -550,6 +568,10 @@ def main() -> None:
     if not a.family or not a.data:
         ap.error("--family and --data (or --report)")
     d = Path(a.data)
+    _, kept = kept_runs(a)
+    if not a.prepare_only and {f"{arm}_{seed}" for seed in map(int, a.seeds.split(",")) for arm in a.arms.split(",")} <= kept:
+        print(f"every run asked for is kept before in {Path(a.keep) / a.family}: nothing to prepare or run", flush=True)
+        return
     d.mkdir(parents=True, exist_ok=True)
     if not (d / "sets.json").exists() and not a.prepare_only:
         # prepared in a child process: the estimator's engine (about 3 GB) is not kept beside the runs

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The screening A/B of docs/benchmarks.md ("Screened groups"), resumable: run it again after a stop. Each finished run
-# is copied to benchmarks/results/learn_ab2/BUDGET/FAMILY/ARM_SEED as it lands (commit those); an unfinished one
-# resumes from its last checkpoint in $AB_DATA. Seeds go round both families so that a stop leaves both with data.
+# is copied to benchmarks/results/learn_ab2/BUDGET/FAMILY/ARM_SEED as it lands (commit those) and is not run again,
+# on this machine or a new one; an unfinished one resumes from its last checkpoint in $AB_DATA. Seeds go round both
+# families so that a stop leaves both with data.
 #   bash dev/ab_screen.sh            # all phases: 384 completions (uniform, signal 5 seeds; signal_screen 3), then 1024
 # The code under test stays fixed while the tree changes: git worktree add /work/ab/tree COMMIT, then in it
 #   PYTHONPATH=$PWD PYTHON=/path/to/.venv/bin/python AB_KEEP=/path/to/checkout/benchmarks/results/learn_ab2 \

@@ -63,7 +63,7 @@ def test_a_failed_run_fails_the_command_after_the_others(tmp_path, capsys):
     learn = _learn()
     (tmp_path / "runs" / "signal_0").mkdir(parents=True)
     (tmp_path / "runs" / "signal_0" / "DONE").write_text("")  # done before: not run again
-    a = argparse.Namespace(seeds="0", arms="uniform,signal", jobs=1, budget=64, evals=2, max_tokens=16, save_every=4,
+    a = argparse.Namespace(family="rg", seeds="0", arms="uniform,signal", jobs=1, budget=64, evals=2, max_tokens=16, save_every=4,
                            keep=str(tmp_path / "kept"))
     with pytest.raises(SystemExit) as e:  # no sets.json: the uniform run fails in its own process
         learn.run_all(a, tmp_path)
@@ -71,6 +71,47 @@ def test_a_failed_run_fails_the_command_after_the_others(tmp_path, capsys):
     assert "uniform seed 0: FAILED (exit 1" in capsys.readouterr().out
     assert "FileNotFoundError" in (tmp_path / "runs" / "uniform_0.log").read_text()
     assert not (tmp_path / "kept").exists()  # nothing kept from a failed run
+
+
+def test_runs_kept_before_are_not_run_again(tmp_path, capsys):
+    """On a new machine the working folder is empty, but the runs already kept (a folder, or packed into
+    runs.parquet) are done: only the run kept nowhere is started (and fails here, in its own process)."""
+    import argparse
+
+    learn = _learn()
+    kept = tmp_path / "kept"
+    _run(kept / "rg", "uniform_0", 2)
+    learn.pack(kept / "rg")
+    _run(kept / "rg", "signal_0", 1)
+    (kept / "rg" / "signal_1").mkdir()  # a folder without eval.jsonl was not kept by learn.py: the run is not done
+    a = argparse.Namespace(family="rg", seeds="0,1", arms="uniform,signal", jobs=1, budget=64, evals=2, max_tokens=16,
+                           save_every=4, keep=str(kept))
+    (tmp_path / "runs" / "uniform_1").mkdir(parents=True)
+    (tmp_path / "runs" / "uniform_1" / "DONE").write_text("")
+    with pytest.raises(SystemExit) as e:
+        learn.run_all(a, tmp_path)
+    assert str(e.value).startswith("1 of 1 runs failed: signal_1")
+    out = capsys.readouterr().out
+    assert f"uniform seed 0: kept before in {kept / 'rg'}, not run again" in out
+    assert f"signal seed 0: kept before in {kept / 'rg'}, not run again" in out
+    assert "signal seed 1: FAILED" in out
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["signal_1.log", "uniform_1"]  # nothing of runs 0
+
+
+def test_every_run_kept_before_prepares_nothing(tmp_path, monkeypatch, capsys):
+    """The command of a landed A/B, run again on a new machine: no pool prepared (minutes of estimation), no run."""
+    import sys
+
+    learn = _learn()
+    kept = tmp_path / "kept"
+    for name in ("uniform_2", "signal_2"):
+        _run(kept / "ladder", name, 1)
+    args = ["learn.py", "--family", "ladder", "--data", str(tmp_path / "pool"), "--seeds", "2", "--arms", "uniform,signal",
+            "--keep", str(kept)]
+    monkeypatch.setattr(sys, "argv", args)
+    learn.main()
+    assert f"every run asked for is kept before in {kept / 'ladder'}: nothing to prepare or run" in capsys.readouterr().out
+    assert not (tmp_path / "pool").exists()
 
 
 def test_completions_to_a_figure_average_the_seeds_at_equal_completions():
