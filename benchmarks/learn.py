@@ -369,6 +369,18 @@ def at_budget(points: dict[int, list[dict]], budget: int, keys: tuple[str, ...])
             for e in points[hi] if e["id"] in a}
 
 
+def halves(steps: list[dict], budget: int) -> list[list[int]]:
+    """[completions, trained groups] of the steps that started in the budget's first half and of the rest (a step
+    starts at the run's completions before it; a skipped step trains nothing)."""
+    out = [[0, 0], [0, 0]]
+    for m in steps:
+        c = m.get("completions") or 0
+        part = out[0 if (m.get("completions_total") or 0) - c < budget / 2 else 1]
+        part[0] += c
+        part[1] += 0 if m.get("skipped") else m.get("groups") or 0
+    return out
+
+
 def report(d: Path, budget: int) -> dict:
     sets = json.loads((d / "sets.json").read_text())
     levels = sets["levels"]
@@ -397,6 +409,7 @@ def report(d: Path, budget: int) -> dict:
         f = final[r["arm"], r["seed"]]
         row = out["arms"].setdefault(r["arm"], {"runs": []})
         row["runs"].append({"seed": r["seed"], "steps": len(steps), "trained_groups": trained, "completions": completions,
+                            "halves": halves(steps, budget),
                             "completions_per_group": round(completions / trained, 2) if trained else None,
                             "trained_share": round(in_trained / completions, 3) if completions and in_trained else None,
                             "screened_out": sum(m.get("screened_out") or 0 for m in steps),
@@ -408,6 +421,10 @@ def report(d: Path, budget: int) -> dict:
     for arm, row in out["arms"].items():
         rs = row["runs"]
         row["completions_per_group"] = round(sum(x["completions"] for x in rs) / max(1, sum(x["trained_groups"] for x in rs)), 2)
+        # waste over the run: completions per trained group in the budget's first half and in the rest
+        row["completions_per_group_by_half"] = [
+            round(sum(x["halves"][i][0] for x in rs) / sum(x["halves"][i][1] for x in rs), 2)
+            if sum(x["halves"][i][1] for x in rs) else None for i in (0, 1)]
         shares = [x["trained_share"] for x in rs if x["trained_share"] is not None]
         row["trained_share"] = round(statistics.mean(shares), 3) if shares else None
         row["completions_used"] = [x["completions"] for x in rs]

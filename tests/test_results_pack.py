@@ -114,6 +114,17 @@ def test_every_run_kept_before_prepares_nothing(tmp_path, monkeypatch, capsys):
     assert not (tmp_path / "pool").exists()
 
 
+def test_waste_by_half_of_the_budget():
+    """Budget 64, so the halves split at 32 completions: steps of 16, 24 (it starts at 16: first half), 16 (starts at
+    40: second half, skipped: no group trained) and 8. First half 40 completions for 2 + 3 groups, the rest 24 for 1."""
+    learn = _learn()
+    steps = [{"completions": 16, "completions_total": 16, "groups": 2},
+             {"completions": 24, "completions_total": 40, "groups": 3},
+             {"completions": 16, "completions_total": 56, "groups": 2, "skipped": True},
+             {"completions": 8, "completions_total": 64, "groups": 1}]
+    assert learn.halves(steps, 64) == [[40, 5], [24, 1]]
+
+
 def test_completions_to_a_figure_average_the_seeds_at_equal_completions():
     """Seed A evaluated at 0, 200, 400 completions and seed B at 0, 180, 390: the average at 180 takes A's value
     there on its line (0.2 + 0.9 * 0.1 = 0.29) with B's 0.4, so 0.345; a target of 0.34 is reached at
