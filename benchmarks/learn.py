@@ -207,13 +207,11 @@ def run_all(a, d: Path) -> None:
     session) is not run again."""
     dest, kept = kept_runs(a)
     jobs = []
-    for seed in map(int, a.seeds.split(",")):
-        for arm in a.arms.split(","):
-            name = f"{arm}_{seed}"
-            if name in kept:
-                print(f"{arm} seed {seed}: kept before in {dest}, not run again", flush=True)
-            elif not (d / "runs" / name / "DONE").exists():
-                jobs.append((arm, seed))
+    for arm, seed in asked(a):
+        if f"{arm}_{seed}" in kept:
+            print(f"{arm} seed {seed}: kept before in {dest}, not run again", flush=True)
+        elif not (d / "runs" / f"{arm}_{seed}" / "DONE").exists():
+            jobs.append((arm, seed))
     env = dict(os.environ, OMP_NUM_THREADS=str(max(1, (os.cpu_count() or 2) // a.jobs)))
 
     def go(job) -> bool:
@@ -236,13 +234,23 @@ def run_all(a, d: Path) -> None:
         sys.exit(f"{len(failed)} of {len(jobs)} runs failed: {', '.join(failed)} (their logs in {d / 'runs'})")
 
 
+def asked(a) -> list[tuple[str, int]]:
+    """The (arm, seed) pairs of ``--arms`` and ``--seeds``, seed by seed."""
+    return [(arm, seed) for seed in map(int, a.seeds.split(",")) for arm in a.arms.split(",")]
+
+
+def kept_folders(d: Path) -> list[Path]:
+    """The run folders ``keep_run`` wrote into a family folder (those with their eval.jsonl)."""
+    return [x for x in sorted(d.glob("*_*")) if x.is_dir() and (x / "eval.jsonl").exists()]
+
+
 def kept_runs(a) -> tuple[Path | None, set[str]]:
     """The family's folder under ``--keep`` and the names of the runs kept there (folders with their eval.jsonl,
     and those packed into its runs.parquet)."""
     if not a.keep:
         return None, set()
     dest = Path(a.keep) / a.family
-    return dest, set(packed_runs(dest)) | {x.name for x in dest.glob("*_*") if (x / "eval.jsonl").exists()}
+    return dest, set(packed_runs(dest)) | {x.name for x in kept_folders(dest)}
 
 
 def keep_run(run: Path, dest: Path, a) -> None:
@@ -296,7 +304,7 @@ def pack(d: Path) -> int:
     import pyarrow.parquet as pq
 
     runs = packed_runs(d)
-    folders = [x for x in sorted(d.glob("*_*")) if x.is_dir() and (x / "eval.jsonl").exists()]
+    folders = kept_folders(d)
     for x in folders:
         other = sorted(p.name for p in x.iterdir() if p.name not in RUN_FILES)
         if other:
@@ -422,9 +430,8 @@ def report(d: Path, budget: int) -> dict:
         rs = row["runs"]
         row["completions_per_group"] = round(sum(x["completions"] for x in rs) / max(1, sum(x["trained_groups"] for x in rs)), 2)
         # waste over the run: completions per trained group in the budget's first half and in the rest
-        row["completions_per_group_by_half"] = [
-            round(sum(x["halves"][i][0] for x in rs) / sum(x["halves"][i][1] for x in rs), 2)
-            if sum(x["halves"][i][1] for x in rs) else None for i in (0, 1)]
+        made, trained = ([sum(x["halves"][i][j] for x in rs) for i in (0, 1)] for j in (0, 1))
+        row["completions_per_group_by_half"] = [round(c / g, 2) if g else None for c, g in zip(made, trained, strict=True)]
         shares = [x["trained_share"] for x in rs if x["trained_share"] is not None]
         row["trained_share"] = round(statistics.mean(shares), 3) if shares else None
         row["completions_used"] = [x["completions"] for x in rs]
@@ -586,7 +593,7 @@ def main() -> None:
         ap.error("--family and --data (or --report)")
     d = Path(a.data)
     _, kept = kept_runs(a)
-    if not a.prepare_only and {f"{arm}_{seed}" for seed in map(int, a.seeds.split(",")) for arm in a.arms.split(",")} <= kept:
+    if not a.prepare_only and {f"{arm}_{seed}" for arm, seed in asked(a)} <= kept:
         print(f"every run asked for is kept before in {Path(a.keep) / a.family}: nothing to prepare or run", flush=True)
         return
     d.mkdir(parents=True, exist_ok=True)
